@@ -1,0 +1,91 @@
+"""DPO through TRL's ``DPOTrainer``, with reference log-probs from a regime instead of a model.
+
+The subclass touches one hook: before TRL computes the loss, it puts the regime's summed
+reference log-probs for the chosen and rejected responses into the batch, exactly where TRL's
+own precomputation would. TRL is told it has precomputed log-probs (so it loads no reference
+model of its own), and its precompute pass is a no-op: the regime decides what, if anything,
+is precomputed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ablate.refs.base import Reference, TokenBatch
+
+
+def _dpo_trainer_cls():
+    from trl import DPOTrainer
+
+    class RegimeDPOTrainer(DPOTrainer):
+        def __init__(self, *args, reference: Reference, **kwargs):
+            self.reference = reference
+            super().__init__(*args, ref_model=None, **kwargs)
+
+        def _precompute_ref_logps(self, dataset, name, batch_size):
+            return dataset  # the regime supplies reference log-probs at every step
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if "ref_chosen_logps" not in inputs:
+                batch = TokenBatch(inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"])
+                ref_chosen, ref_rejected = self.reference.sequence_logprobs(batch).chunk(2, dim=0)
+                inputs = {**inputs, "ref_chosen_logps": ref_chosen, "ref_rejected_logps": ref_rejected}
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+
+    return RegimeDPOTrainer
+
+
+def pairs_dataset(pairs):
+    """TRL's conversational preference format."""
+    from datasets import Dataset
+
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": p.prompt}],
+         "chosen": [{"role": "assistant", "content": p.chosen}],
+         "rejected": [{"role": "assistant", "content": p.rejected}]}
+        for p in pairs
+    ])
+
+
+def trl_args(cfg, out_dir: Path, device: torch.device):
+    """TRL ``DPOConfig`` from our config: CPU-sane defaults (no gradient checkpointing, no hub, no reports)."""
+    from trl import DPOConfig
+
+    algo = cfg.algo
+    return DPOConfig(
+        output_dir=str(out_dir / "trainer"),
+        per_device_train_batch_size=algo.batch_size,
+        gradient_accumulation_steps=algo.grad_accum,
+        learning_rate=algo.learning_rate,
+        max_steps=algo.max_steps,
+        warmup_steps=algo.warmup_steps,
+        lr_scheduler_type=algo.lr_scheduler,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        beta=algo.beta,
+        loss_type=[str(getattr(algo.loss_type, "value", algo.loss_type))],
+        max_length=algo.max_length,
+        truncation_mode="keep_start",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=device.type == "cpu",
+        bf16=str(getattr(cfg.model.precision, "value", cfg.model.precision)) == "bf16",
+        gradient_checkpointing=False,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        precompute_ref_log_probs=True,  # TRL loads no reference of its own; the regime provides it
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=True,
+    )
+
+
+def build_trainer(cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path,
+                  device: torch.device):
+    cls = _dpo_trainer_cls()
+    return cls(model=policy, args=trl_args(cfg, out_dir, device), train_dataset=pairs_dataset(pairs),
+               processing_class=tokenizer, reference=reference, callbacks=callbacks)

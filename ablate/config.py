@@ -1,0 +1,232 @@
+"""Typed, validated configuration: one dataclass per config group, registered with Hydra's ConfigStore.
+
+Each option file in ``conf/<group>/<name>.yaml`` starts from a schema stored here under
+``schema/<group>/<name>`` (reference regimes register their own schema next to their code, in
+``ablate/refs``), so an unknown key or a wrong type fails at composition. Range checks live in
+``__post_init__`` and run when the composed config is turned into objects (``OmegaConf.to_object``);
+checks that span groups live in :func:`validate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from ablate.errors import ConfigError
+
+
+class Precision(str, Enum):
+    bf16 = "bf16"  # fp32 weights, bf16 autocast for compute (faster on CPUs with avx512_bf16 and on GPUs)
+    fp32 = "fp32"
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+# ----------------------------------------------------------------------------------------------- model
+@dataclass
+class AdapterConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def __post_init__(self) -> None:
+        _check(self.r >= 1, f"model.adapter.r must be >= 1, got {self.r}")
+        _check(self.alpha > 0, f"model.adapter.alpha must be > 0, got {self.alpha}")
+        _check(0.0 <= self.dropout < 1.0, f"model.adapter.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # smollm2 | tiny | hf
+    name_or_path: Optional[str] = None  # hf only: a hub id or a local folder
+    precision: Precision = Precision.bf16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+               f"model.device must be auto, cpu or cuda[:N], got {self.device!r}")
+
+
+@dataclass
+class TinyModelConfig(ModelConfig):
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 128
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for k in ("hidden_size", "intermediate_size"):
+            v = getattr(self, k)
+            _check(v >= 32 and v % 32 == 0, f"model.{k} must be a positive multiple of 32, got {v}")
+        _check(self.num_layers >= 1, f"model.num_layers must be >= 1, got {self.num_layers}")
+        _check(self.num_heads >= 1 and self.hidden_size % self.num_heads == 0,
+               f"model.num_heads must divide hidden_size ({self.hidden_size}), got {self.num_heads}")
+
+
+@dataclass
+class HFModelConfig(ModelConfig):
+    name_or_path: Optional[str] = MISSING
+
+
+# ------------------------------------------------------------------------------------------------ task
+@dataclass
+class TaskConfig:
+    name: str = "sentiment"
+    n_train: int = 64  # train prompts (DPO pairs are sampled from these)
+    n_eval: int = 32  # held-out prompts for evaluation
+    n_test: int = 64  # held-out prompts kept for final reports
+    split_seed: int = 0
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    samples_per_prompt: int = 4  # SFT samples per train prompt; best/worst by gold reward become a pair
+    gen_batch_size: int = 16
+    unsafe_threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        _check(self.n_train >= 1, f"task.n_train must be >= 1, got {self.n_train}")
+        _check(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
+        _check(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
+        _check(1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}")
+        _check(self.temperature > 0, f"task.temperature must be > 0, got {self.temperature}")
+        _check(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
+        _check(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        _check(0.0 <= self.unsafe_threshold <= 1.0,
+               f"task.unsafe_threshold must be in [0, 1], got {self.unsafe_threshold}")
+
+
+# ------------------------------------------------------------------------------------------------ algo
+class DPOLoss(str, Enum):
+    sigmoid = "sigmoid"  # the DPO paper's loss
+    ipo = "ipo"
+    hinge = "hinge"
+
+
+@dataclass
+class AlgoConfig:
+    name: str = MISSING
+    beta: float = 0.1
+    learning_rate: float = 5e-6
+    batch_size: int = 4
+    grad_accum: int = 1
+    max_steps: int = 40
+    warmup_steps: int = 0
+    lr_scheduler: str = "constant"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.beta >= 0, f"algo.beta must be >= 0, got {self.beta}")
+        _check(0 < self.learning_rate < 1, f"algo.learning_rate must be in (0, 1), got {self.learning_rate}")
+        _check(self.batch_size >= 1, f"algo.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.grad_accum >= 1, f"algo.grad_accum must be >= 1, got {self.grad_accum}")
+        _check(self.max_steps >= 1, f"algo.max_steps must be >= 1, got {self.max_steps}")
+        _check(self.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {self.warmup_steps}")
+        _check(self.max_grad_norm > 0, f"algo.max_grad_norm must be > 0, got {self.max_grad_norm}")
+
+
+@dataclass
+class DPOConfig(AlgoConfig):
+    name: str = "dpo"
+    loss_type: DPOLoss = DPOLoss.sigmoid
+    max_length: int = 256  # prompt + response tokens, truncated from the end
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.beta > 0, f"algo.beta must be > 0 for DPO, got {self.beta}")
+        _check(self.max_length >= 8, f"algo.max_length must be >= 8, got {self.max_length}")
+
+
+# ------------------------------------------------------------------------------------------------- ref
+@dataclass
+class RefConfig:
+    """Base of every regime's schema; regimes subclass it in ``ablate/refs/<regime>.py``."""
+
+    name: str = MISSING
+
+
+# ---------------------------------------------------------------------------------------------- logger
+class LoggerMode(str, Enum):
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    project: str = "ablate"
+    mode: LoggerMode = LoggerMode.offline
+    entity: Optional[str] = None
+    group: Optional[str] = None  # default: the sweep's folder name for -m runs, none for single runs
+    tags: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ eval
+@dataclass
+class EvalConfig:
+    interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
+    at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
+    batch_size: int = 8
+    seed: int = 1234  # sampling seed for evaluation responses (the same for every run: common random numbers)
+    scoring_precision: Precision = Precision.fp32  # log-probs and KL are computed in this precision
+
+    def __post_init__(self) -> None:
+        _check(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
+        _check(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
+
+
+# ------------------------------------------------------------------------------------------------- top
+@dataclass
+class Config:
+    model: Any = MISSING
+    task: Any = MISSING
+    algo: Any = MISSING
+    ref: Any = MISSING
+    logger: Any = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+    threads: Optional[int] = None  # torch CPU threads (None: torch's default)
+    save_policy: bool = False  # save the final policy (or adapter) into the run folder
+    out_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self) -> None:
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        _check(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    cs.store(group="schema/model", name="smollm2", node=ModelConfig)
+    cs.store(group="schema/model", name="tiny", node=TinyModelConfig)
+    cs.store(group="schema/model", name="hf", node=HFModelConfig)
+    cs.store(group="schema/task", name="sentiment", node=TaskConfig)
+    cs.store(group="schema/algo", name="dpo", node=DPOConfig)
+    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
+    import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
+
+
+def validate(cfg: Config) -> None:
+    """Checks that span config groups. Raises ConfigError with one line."""
+    from ablate.refs import regime_class
+
+    regime = regime_class(cfg.ref.name)
+    regime.check_config(cfg)
+    _check(cfg.algo.name in regime.supported_algos,
+           f"ref={cfg.ref.name} does not support algo={cfg.algo.name} "
+           f"(supported: {', '.join(regime.supported_algos)})")
+    if cfg.model.name == "hf":
+        _check(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")

@@ -1,0 +1,19 @@
+"""Reference regimes: every algorithm asks a :class:`Reference` for reference log-probs.
+
+A regime is one module here that defines its config schema and a ``Reference`` subclass,
+decorated with :func:`register`, plus one ``conf/ref/<name>.yaml``. Importing this package
+imports every module in it, so every regime is registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ablate.refs.base import REGISTRY, Reference, RefCost, TokenBatch, register, regime_class
+
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "base" and not _m.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_m.name}")
+
+__all__ = ["REGISTRY", "Reference", "RefCost", "TokenBatch", "register", "regime_class"]

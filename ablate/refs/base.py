@@ -1,0 +1,170 @@
+"""The one reference interface every algorithm calls and every regime implements."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+
+import torch
+
+from ablate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.config import Config, RefConfig
+
+REGISTRY: dict[str, type["Reference"]] = {}
+
+
+@dataclass
+class TokenBatch:
+    """Prompt+response token ids, right- or left-padded. ``completion_mask`` marks response tokens.
+
+    Per-token outputs are aligned with ``input_ids[:, 1:]`` (the token each position predicts),
+    shape ``[B, T-1]``, and are 0 where ``completion_mask[:, 1:]`` is 0.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "TokenBatch":
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
+
+    @property
+    def target_mask(self) -> torch.Tensor:
+        """[B, T-1] bool: positions whose next token is a response token."""
+        return self.completion_mask[:, 1:].bool()
+
+
+@dataclass
+class RefCost:
+    """What a reference costs. Time counts only calls made for training (not the evaluator's audits)."""
+
+    bytes_held: int = 0  # weights, adapters and caches held in memory for the reference
+    setup_s: float = 0.0  # one-off: load, quantise, distil, precompute
+    cache_bytes: int = 0  # on disk
+    forward_s: float = 0.0  # total time in training calls
+    forward_calls: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RefContext:
+    """What a regime may need to build itself. Built by the runner, before training."""
+
+    config: "Config"
+    model_dir: str
+    model_fingerprint: str
+    tokenizer: Any
+    device: torch.device
+    policy: torch.nn.Module | None = None  # the (possibly peft-wrapped) policy being trained
+    load_model: Callable[..., torch.nn.Module] | None = None  # load_model(**overrides) -> frozen eval-mode copy
+    train_data: Any = None  # e.g. DPO pairs, for regimes that precompute
+    cache_root: str | None = None
+
+
+class Reference(ABC):
+    """A stand-in for the frozen reference model.
+
+    Subclasses implement :meth:`_logprobs` (and :meth:`_distribution` where they can); the public
+    methods add timing for the cost accounting. ``step`` is called after every optimiser step.
+    """
+
+    name: ClassVar[str]
+    config_cls: ClassVar[type]
+    supported_algos: ClassVar[tuple[str, ...]] = ("dpo", "ppo", "grpo")
+    #: False for reference-free training: there is no reference term, and no approximate KL.
+    has_reference: ClassVar[bool] = True
+
+    def __init__(self, cfg: "RefConfig", ctx: RefContext):
+        self.cfg = cfg
+        self.ctx = ctx
+        self._cost = RefCost()
+        self._timing = True
+
+    # --- the interface --------------------------------------------------------------------------
+    def logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1] reference log-probs of the response tokens (0 elsewhere). Timed as training cost."""
+        with self._timed():
+            return self._logprobs(batch)
+
+    def sequence_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """[B] summed reference log-probs of each response."""
+        return self.logprobs(batch).sum(dim=1)
+
+    def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """Like :meth:`logprobs`, for the evaluator's audit: not counted as training cost."""
+        return self._logprobs(batch)
+
+    def distribution(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1, V] reference next-token log-probs at each position (exact or as the regime approximates
+        them). For audits: not timed as training cost."""
+        return self._distribution(batch)
+
+    def step(self, policy: torch.nn.Module, step: int) -> None:
+        """Hook after each optimiser step (EMA and snapshot update here)."""
+
+    def cost(self) -> RefCost:
+        return self._cost
+
+    @classmethod
+    def check_config(cls, cfg: "Config") -> None:
+        """Raise ConfigError (one line) for impossible combinations, before anything loads."""
+
+    def unavailable_reason(self) -> str | None:
+        """Why approximate KL cannot be computed for this regime (None if it can)."""
+        return None
+
+    # --- for subclasses -------------------------------------------------------------------------
+    @abstractmethod
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor: ...
+
+    def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+        raise NotImplementedError(f"ref={self.name} provides no next-token distribution")
+
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._cost.forward_s += time.perf_counter() - t0
+            self._cost.forward_calls += 1
+
+
+def register(name: str, config_cls: type) -> Callable[[type[Reference]], type[Reference]]:
+    """Class decorator: register a regime and its config schema (``schema/ref/<name>``)."""
+
+    def deco(cls: type[Reference]) -> type[Reference]:
+        from hydra.core.config_store import ConfigStore
+
+        cls.name = name
+        cls.config_cls = config_cls
+        REGISTRY[name] = cls
+        ConfigStore.instance().store(group="schema/ref", name=name, node=config_cls)
+        return cls
+
+    return deco
+
+
+def regime_class(name: str) -> type[Reference]:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown reference regime {name!r} (choose from: {', '.join(sorted(REGISTRY))})") from None
+
+
+def module_bytes(module: torch.nn.Module) -> int:
+    """Bytes of a module's parameters and buffers, each storage counted once."""
+    seen: set[int] = set()
+    total = 0
+    for t in list(module.parameters()) + list(module.buffers()):
+        key = t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += t.untyped_storage().nbytes()
+    return total

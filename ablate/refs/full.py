@@ -1,0 +1,19 @@
+"""``ref=full``: a frozen full-precision copy of the SFT model. The truth every other regime is judged by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ablate.config import RefConfig
+from ablate.refs.base import register
+from ablate.refs.model_backed import ModelReference
+
+
+@dataclass
+class FullRefConfig(RefConfig):
+    name: str = "full"
+
+
+@register("full", FullRefConfig)
+class FullReference(ModelReference):
+    """Loads the SFT weights once more, in full precision, in eval mode, without gradients."""

@@ -1,0 +1,148 @@
+"""One job: config -> model + tokenizer -> task -> reference regime -> trainer + evaluation -> run folder + W&B."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import Config, validate
+from ablate.tracking.run_dir import RunFolder, to_python
+
+log = logging.getLogger(__name__)
+
+# summary.json key <- logged metric name
+SUMMARY_FROM_METRICS = {
+    "win_rate": "eval/win_rate", "win_rate_lo": "eval/win_rate_lo", "win_rate_hi": "eval/win_rate_hi",
+    "reward_gold": "eval/reward_gold", "reward_gold_sft": "eval/reward_gold_sft",
+    "kl_true": "kl/true", "kl_true_k1": "kl/true_k1", "kl_true_k3": "kl/true_k3",
+    "kl_approx": "kl/approx", "kl_abs_err": "kl/abs_err", "kl_rel_err": "kl/rel_err",
+    "logp_mae": "kl/logp_mae", "logp_rmse": "kl/logp_rmse", "logp_max_err": "kl/logp_max_err",
+    "ppl": "eval/ppl", "length": "eval/length", "rep_2": "eval/rep_2", "distinct_2": "eval/distinct_2",
+    "unsafe_rate": "eval/unsafe_rate",
+}
+STEP0_KEYS = ("kl_true", "kl_approx", "kl_abs_err", "kl_rel_err", "logp_mae", "logp_rmse", "logp_max_err")
+NAN = float("nan")
+
+
+@dataclass
+class JobState:
+    """What the training callback accumulates; the summary is built from it, also after a failure."""
+
+    status: str = "finished"
+    reason: str | None = None
+    steps: int = 0
+    first_eval: Any = None
+    last_eval: Any = None
+
+
+def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float]:
+    c = reference.cost()
+    return {
+        "cost/ref_bytes": float(c.bytes_held),
+        "cost/ref_ms_per_step": c.forward_s * 1000.0 / steps if steps else NAN,
+        "cost/ref_setup_s": c.setup_s,
+        "cost/ref_cache_bytes": float(c.cache_bytes + cache_bytes),
+        "cost/ref_forward_calls": float(c.forward_calls),
+    }
+
+
+def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra: dict[str, Any]) -> dict[str, Any]:
+    m = state.last_eval.metrics if state.last_eval is not None else {}
+    summary: dict[str, Any] = {"status": state.status, "steps": state.steps}
+    for key, metric in SUMMARY_FROM_METRICS.items():
+        summary[key] = m.get(metric, NAN)
+    if state.first_eval is not None and state.first_eval.step == 0:
+        for key in STEP0_KEYS:
+            summary[f"{key}_step0"] = state.first_eval.metrics.get(SUMMARY_FROM_METRICS[key], NAN)
+    summary["ref_bytes"] = cost["cost/ref_bytes"]
+    summary["ref_ms_per_step"] = cost["cost/ref_ms_per_step"]
+    summary["ref_setup_s"] = cost["cost/ref_setup_s"]
+    summary["ref_cache_bytes"] = cost["cost/ref_cache_bytes"]
+    summary["ref_forward_calls"] = cost["cost/ref_forward_calls"]
+    summary["wall_s"] = wall_s
+    reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}
+    if state.first_eval is not None and state.first_eval.step == 0:
+        reasons.update({f"{k}_step0": v for k, v in state.first_eval.nan_reasons.items()})
+    if state.last_eval is None:
+        reasons.setdefault("win_rate", f"no evaluation completed ({state.reason or 'run ended early'})")
+    if not state.steps:
+        reasons.setdefault("ref_ms_per_step", "no training step completed")
+    summary["nan_reasons"] = {k: v for k, v in reasons.items() if isinstance(summary.get(k), float) and math.isnan(summary[k])}
+    if state.reason:
+        summary["reason"] = state.reason
+    summary.update(extra)
+    return summary
+
+
+def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None, str]:
+    """(W&B group, run name, overrides) from Hydra, when running under Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        overrides = hc.job.override_dirname or ""
+        group = Path(hc.sweep.dir).name if hc.mode == RunMode.MULTIRUN else None
+        return group, overrides or None, overrides
+    except Exception:  # not under Hydra (tests calling run_job directly)
+        return None, None, ""
+
+
+def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
+    from ablate.tracking.wandb_logger import NullLogger, WandbLogger, flatten_config
+
+    if cfg.logger.name == "none" or str(getattr(cfg.logger.mode, "value", cfg.logger.mode)) == "disabled":
+        return NullLogger()
+    group, name, _ = _job_identity(raw)
+    return WandbLogger(
+        project=cfg.logger.project, mode=str(getattr(cfg.logger.mode, "value", cfg.logger.mode)),
+        group=cfg.logger.group or group, job_type=cfg.algo.name, name=name or out_dir.name,
+        tags=[f"ref={cfg.ref.name}", f"algo={cfg.algo.name}", f"seed={cfg.seed}", f"model={cfg.model.name}",
+              *cfg.logger.tags],
+        entity=cfg.logger.entity, dir=str(out_dir),
+        config=flatten_config(OmegaConf.to_container(raw, resolve=True)),
+    )
+
+
+def run_job(raw: DictConfig) -> dict[str, Any]:
+    """Run one job described by a composed config; returns its summary (also written to summary.json)."""
+    cfg: Config = OmegaConf.to_object(raw)
+    validate(cfg)
+    out_dir = Path(cfg.out_dir)
+    folder = RunFolder(out_dir)
+    folder.write_config(raw)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    logger = make_logger(cfg, raw, out_dir)
+    state = JobState()
+    t0 = time.perf_counter()
+    reference = None
+    extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
+    logger.start()
+    try:
+        from ablate.pipeline import train_and_evaluate
+
+        reference = train_and_evaluate(cfg, folder, logger, state, extra)
+    except BaseException as e:  # record, then re-raise: a failed job still leaves a complete summary
+        state.status = "failed"
+        state.reason = f"{type(e).__name__}: {e}"
+        (out_dir / "error.txt").write_text(traceback.format_exc())
+        raise
+    finally:
+        cost = cost_metrics(reference, state.steps) if reference is not None else {
+            "cost/ref_bytes": NAN, "cost/ref_ms_per_step": NAN, "cost/ref_setup_s": NAN,
+            "cost/ref_cache_bytes": NAN, "cost/ref_forward_calls": NAN}
+        summary = build_summary(state, cost, time.perf_counter() - t0, extra)
+        folder.write_summary({k: to_python(v) for k, v in summary.items()})
+        logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
+        logger.finish(failed=state.status != "finished")
+    log.info("run folder: %s (status %s)", out_dir, state.status)
+    return summary

@@ -1,0 +1,100 @@
+"""DPO preference pairs: several SFT samples per train prompt, best and worst by gold reward.
+
+Generated once and cached content-addressed. The key holds everything that changes the pairs:
+the model's fingerprint, the tokenizer (vocab, special tokens, chat template), the generation
+settings, the seed, the prompts and the reward's identity. Stored as JSON lines with a checksum.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ablate.cache import CacheEntry
+from ablate.tasks.prompts import prompts_fingerprint
+
+log = logging.getLogger(__name__)
+
+PAIRS_FILE = "pairs.jsonl"
+_FORMAT = 1
+
+
+@dataclass
+class Pair:
+    prompt: str
+    chosen: str
+    rejected: str
+    chosen_reward: float
+    rejected_reward: float
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    samples_per_prompt: int
+    max_new_tokens: int
+    temperature: float
+    batch_size: int  # changes the RNG stream, so it is part of the key
+    seed: int
+    precision: str
+
+
+def pair_key(*, model_fingerprint: str, tokenizer_fingerprint: str, settings: PairSettings, prompts: list[str],
+             reward_id: str) -> dict:
+    return {
+        "model": model_fingerprint,
+        "tokenizer": tokenizer_fingerprint,
+        "generation": asdict(settings),
+        "prompts": prompts_fingerprint(prompts),
+        "reward": reward_id,
+        "format": _FORMAT,
+    }
+
+
+def select_pair(prompt: str, texts: list[str], rewards: list[float]) -> Pair | None:
+    """Best vs worst response by gold reward; None when all rewards tie (no preference to learn)."""
+    hi = max(range(len(texts)), key=lambda i: rewards[i])
+    lo = min(range(len(texts)), key=lambda i: rewards[i])
+    if rewards[hi] == rewards[lo]:
+        return None
+    return Pair(prompt, texts[hi], texts[lo], rewards[hi], rewards[lo])
+
+
+def generate_pairs(model, tokenizer, prompts: list[str], reward, settings: PairSettings) -> list[Pair]:
+    from ablate.models.sampling import sample
+
+    batches = sample(model, tokenizer, prompts, max_new_tokens=settings.max_new_tokens,
+                     temperature=settings.temperature, batch_size=settings.batch_size, seed=settings.seed,
+                     precision=settings.precision, n_per_prompt=settings.samples_per_prompt,
+                     desc="pairs: sampling SFT responses")
+    texts = [t for b in batches for t in b.texts]
+    rewards = reward(texts)
+    k = settings.samples_per_prompt
+    pairs = []
+    for i, prompt in enumerate(prompts):
+        pair = select_pair(prompt, texts[i * k:(i + 1) * k], rewards[i * k:(i + 1) * k])
+        if pair is not None:
+            pairs.append(pair)
+    return pairs
+
+
+def load_or_generate_pairs(cache_root: Path, key: dict, make_model, tokenizer, prompts: list[str], reward,
+                           settings: PairSettings) -> tuple[list[Pair], bool, CacheEntry]:
+    """The cached pairs for ``key``, generating (and caching) them on a miss. Returns (pairs, hit, entry).
+    ``make_model`` is called only on a miss, so a hit loads no model."""
+    entry = CacheEntry(cache_root, "pairs", key)
+    if entry.valid():
+        rows = [json.loads(line) for line in (entry.path / PAIRS_FILE).read_text().splitlines() if line]
+        return [Pair(**r) for r in rows], True, entry
+    log.info("generating DPO pairs: %d prompts x %d samples (cached afterwards at %s)",
+             len(prompts), settings.samples_per_prompt, entry.path)
+    pairs = generate_pairs(make_model(), tokenizer, prompts, reward, settings)
+    if not pairs:
+        raise RuntimeError("every prompt's samples tied on gold reward: no preference pairs; raise "
+                           "task.samples_per_prompt or task.n_train")
+    with entry.build(extra_meta={"n_pairs": len(pairs)}) as tmp:
+        with open(tmp / PAIRS_FILE, "w") as f:
+            for p in pairs:
+                f.write(json.dumps(asdict(p)) + "\n")
+    return pairs, False, entry

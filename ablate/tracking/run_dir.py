@@ -1,0 +1,245 @@
+"""Per-run output folder: resolved config, metrics log, samples and summary.
+
+All whole-file writes are atomic (temp file in the same directory, fsync,
+``os.replace``), so a killed job never leaves a half-written file. JSON is
+written with Python's ``allow_nan=True``: NaN/inf appear as the non-standard
+tokens ``NaN``/``Infinity``/``-Infinity``, which ``json.loads`` and pandas
+read back as floats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = [
+    "SUMMARY_KEYS",
+    "STATUSES",
+    "RunFolder",
+    "atomic_write_json",
+    "atomic_write_text",
+    "to_python",
+]
+
+SUMMARY_KEYS: tuple[str, ...] = (
+    "status",
+    "steps",
+    "win_rate",
+    "win_rate_lo",
+    "win_rate_hi",
+    "reward_gold",
+    "kl_true",
+    "kl_approx",
+    "kl_abs_err",
+    "kl_rel_err",
+    "ppl",
+    "length",
+    "rep_2",
+    "distinct_2",
+    "unsafe_rate",
+    "ref_bytes",
+    "ref_ms_per_step",
+    "wall_s",
+)
+STATUSES: tuple[str, ...] = ("finished", "failed", "diverged")
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    """True for a torch.Tensor, without importing torch."""
+    cls = type(value)
+    return cls.__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def to_python(value: Any) -> Any:
+    """Convert numpy/torch scalars and arrays (recursively) to plain Python.
+
+    Scalars become ``int``/``float``/``bool``/``str``; arrays and multi-element
+    tensors become lists; mappings and sequences are converted element-wise;
+    ``Path`` becomes ``str``. Anything else is returned unchanged.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.item() if value.ndim == 0 else value.tolist()
+    if _is_torch_tensor(value):
+        t = value.detach().cpu()
+        return t.item() if t.dim() == 0 else t.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if OmegaConf.is_config(value):
+        return to_python(OmegaConf.to_container(value, resolve=True))
+    if isinstance(value, Mapping):
+        return {str(k): to_python(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_python(v) for v in value]
+    return value
+
+
+def _dumps(obj: Any, **kwargs: Any) -> str:
+    """json.dumps with NaN allowed and unknown objects stringified."""
+    return json.dumps(to_python(obj), allow_nan=True, default=str, **kwargs)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Best-effort fsync of a directory so a rename survives a crash."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temp file + fsync + replace)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented JSON atomically; NaN/inf kept as ``NaN`` tokens."""
+    return atomic_write_text(path, _dumps(obj, indent=2) + "\n")
+
+
+class RunFolder:
+    """One run's output directory (created on construction)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES_FILE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
+        """Write the resolved config to ``config.yaml`` atomically."""
+        if not OmegaConf.is_config(cfg):
+            cfg = OmegaConf.create(to_python(dict(cfg)))
+        return atomic_write_text(self.config_path, OmegaConf.to_yaml(cfg, resolve=True))
+
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Append ``{"step", "time", **metrics}`` as one fsynced JSON line.
+
+        If the file ends in a partial line (killed writer), a newline is added
+        first so the new record stays parseable.
+        """
+        clash = {"step", "time"} & set(metrics)
+        if clash:
+            raise ValueError(f"metric names reserved by log_metrics: {sorted(clash)}")
+        record = {"step": int(to_python(step)), "time": time.time(), **metrics}
+        line = _dumps(record) + "\n"
+        with open(self.metrics_path, "a+b") as fh:
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    line = "\n" + line
+            fh.write(line.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Read ``metrics.jsonl``; unparseable (e.g. truncated) lines are skipped with a warning."""
+        if not self.metrics_path.exists():
+            return []
+        rows: list[dict[str, Any]] = []
+        text = self.metrics_path.read_text(encoding="utf-8", errors="replace")
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                warnings.warn(
+                    f"{self.metrics_path}:{lineno}: skipping truncated/corrupt line",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
+        """Write generation samples to ``samples.jsonl`` atomically."""
+        text = "".join(_dumps(dict(r)) + "\n" for r in rows)
+        return atomic_write_text(self.samples_path, text)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> Path:
+        """Validate and atomically write ``summary.json``.
+
+        Every key in ``SUMMARY_KEYS`` must be present (values may be NaN/None);
+        ``status`` must be in ``STATUSES``. Extra keys (e.g. ``nan_reasons``,
+        a dict metric -> reason) are kept.
+        """
+        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        if missing:
+            raise ValueError(f"summary is missing required keys: {', '.join(missing)}")
+        status = summary["status"]
+        if status not in STATUSES:
+            raise ValueError(f"summary status {status!r} not in {STATUSES}")
+        reasons = summary.get("nan_reasons")
+        if reasons is not None and not isinstance(reasons, Mapping):
+            raise ValueError("summary 'nan_reasons' must be a mapping of key -> reason")
+        return atomic_write_json(self.summary_path, dict(summary))
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """Return the parsed ``summary.json``, or None if it does not exist."""
+        if not self.summary_path.exists():
+            return None
+        with open(self.summary_path, encoding="utf-8") as fh:
+            return json.load(fh)
+

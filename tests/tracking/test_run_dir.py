@@ -1,0 +1,162 @@
+"""Tests for ablate.tracking.run_dir."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from ablate.tracking.run_dir import (
+    STATUSES,
+    SUMMARY_KEYS,
+    RunFolder,
+    atomic_write_json,
+    atomic_write_text,
+    to_python,
+)
+
+
+def _summary(**overrides: object) -> dict[str, object]:
+    base: dict[str, object] = {k: 0.5 for k in SUMMARY_KEYS}
+    base.update(status="finished", steps=10)
+    base.update(overrides)
+    return base
+
+
+def test_summary_keys_exact() -> None:
+    assert SUMMARY_KEYS == (
+        "status", "steps", "win_rate", "win_rate_lo", "win_rate_hi", "reward_gold",
+        "kl_true", "kl_approx", "kl_abs_err", "kl_rel_err", "ppl", "length", "rep_2",
+        "distinct_2", "unsafe_rate", "ref_bytes", "ref_ms_per_step", "wall_s",
+    )
+    assert STATUSES == ("finished", "failed", "diverged")
+
+
+def test_atomic_writes_content_and_no_temp_files(tmp_path: Path) -> None:
+    atomic_write_text(tmp_path / "a.txt", "hello\n")
+    atomic_write_text(tmp_path / "a.txt", "world\n")  # overwrite
+    atomic_write_json(tmp_path / "b.json", {"x": [1, 2], "y": "z"})
+    assert (tmp_path / "a.txt").read_text() == "world\n"
+    assert json.loads((tmp_path / "b.json").read_text()) == {"x": [1, 2], "y": "z"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.json"]
+
+
+def test_atomic_write_failure_keeps_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "c.json"
+    atomic_write_json(target, {"ok": 1})
+    with pytest.raises(TypeError):
+        atomic_write_text(target, 123)  # type: ignore[arg-type]
+    assert json.loads(target.read_text()) == {"ok": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
+
+
+def test_write_config_resolved(tmp_path: Path) -> None:
+    cfg = OmegaConf.create({"a": 3, "b": "${a}", "nested": {"c": "x-${a}"}})
+    folder = RunFolder(tmp_path / "run")
+    folder.write_config(cfg)
+    loaded = OmegaConf.load(folder.config_path)
+    assert loaded.b == 3 and loaded.nested.c == "x-3"
+    assert "${" not in folder.config_path.read_text()
+
+
+def test_summary_missing_keys_named(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    bad = _summary()
+    del bad["kl_true"], bad["wall_s"]
+    with pytest.raises(ValueError, match="kl_true") as info:
+        folder.write_summary(bad)
+    assert "wall_s" in str(info.value)
+    assert not folder.summary_path.exists()
+    assert folder.read_summary() is None
+
+
+def test_summary_bad_status(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    with pytest.raises(ValueError, match="status"):
+        folder.write_summary(_summary(status="done"))
+    assert not folder.summary_path.exists()
+
+
+def test_summary_nan_roundtrip_and_extras(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.write_summary(
+        _summary(
+            status="diverged",
+            kl_true=float("nan"),
+            ppl=np.float32("inf"),
+            ref_bytes=np.int64(1234),
+            nan_reasons={"kl_true": "policy diverged"},
+        )
+    )
+    out = folder.read_summary()
+    assert out is not None
+    assert math.isnan(out["kl_true"]) and out["ppl"] == math.inf
+    assert out["ref_bytes"] == 1234 and isinstance(out["ref_bytes"], int)
+    assert out["nan_reasons"] == {"kl_true": "policy diverged"}
+    assert math.isnan(json.loads(folder.summary_path.read_text())["kl_true"])
+
+
+def test_metrics_nan_and_types(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.log_metrics(np.int64(0), {"loss": np.float32(0.5), "kl": float("nan"), "t": torch.tensor(2.0)})
+    line = folder.metrics_path.read_text().splitlines()[0]
+    row = json.loads(line)
+    assert row["step"] == 0 and isinstance(row["time"], float)
+    assert row["loss"] == 0.5 and row["t"] == 2.0 and math.isnan(row["kl"])
+    with pytest.raises(ValueError, match="step"):
+        folder.log_metrics(1, {"step": 3})
+
+
+def test_metrics_append_across_folders(tmp_path: Path) -> None:
+    RunFolder(tmp_path).log_metrics(0, {"loss": 1.0})
+    RunFolder(tmp_path).log_metrics(1, {"loss": 0.5})
+    rows = RunFolder(tmp_path).read_metrics()
+    assert [(r["step"], r["loss"]) for r in rows] == [(0, 1.0), (1, 0.5)]
+
+
+def test_truncated_last_line_skipped(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.log_metrics(0, {"loss": 1.0})
+    folder.log_metrics(1, {"loss": 0.5})
+    with open(folder.metrics_path, "a") as fh:
+        fh.write('{"step": 2, "lo')  # simulated kill mid-write
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        rows = folder.read_metrics()
+    assert [r["step"] for r in rows] == [0, 1]
+    # A later append (resumed job) still produces a parseable record.
+    folder.log_metrics(3, {"loss": 0.25})
+    with pytest.warns(RuntimeWarning):
+        rows = folder.read_metrics()
+    assert [r["step"] for r in rows] == [0, 1, 3]
+
+
+def test_read_metrics_missing_file(tmp_path: Path) -> None:
+    assert RunFolder(tmp_path / "new").read_metrics() == []
+
+
+def test_write_samples(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.write_samples([{"prompt": "p", "reward": np.float64(1.5)}, {"prompt": "q", "reward": float("nan")}])
+    rows = [json.loads(x) for x in folder.samples_path.read_text().splitlines()]
+    assert rows[0] == {"prompt": "p", "reward": 1.5} and math.isnan(rows[1]["reward"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl"]
+
+
+def test_to_python_scalars() -> None:
+    f = to_python(np.float32(0.25))
+    i = to_python(np.int64(7))
+    t = to_python(torch.tensor(1.5))
+    ti = to_python(torch.tensor(3))
+    assert type(f) is float and f == 0.25
+    assert type(i) is int and i == 7
+    assert type(t) is float and t == 1.5
+    assert type(ti) is int and ti == 3
+    assert type(to_python(np.bool_(True))) is bool
+    nested = to_python({"a": [np.int32(1), torch.tensor([1.0, 2.0])], "b": np.array(2.0)})
+    assert nested == {"a": [1, [1.0, 2.0]], "b": 2.0} and type(nested["b"]) is float
+    OmegaConf.create(to_python({"x": np.float32(1.0), "y": np.int64(2)}))  # accepted
