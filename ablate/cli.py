@@ -176,6 +176,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     for noisy in ("bitsandbytes", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    from ablate.runtime import tune_allocator
+
+    tune_allocator()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     argv = sys.argv[1:]

@@ -109,7 +109,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
                           precision=cfg.model.precision, device=device)
     ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
                      tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
-                     cache_root=str(root))
+                     cache_root=str(root), precision=_pstr(cfg.model.precision))
     reference = regime_class(cfg.ref.name)(cfg.ref, ctx)
 
     trainer_box: dict[str, Any] = {}

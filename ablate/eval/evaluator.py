@@ -14,7 +14,8 @@ import torch
 
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
-from ablate.models.sampling import SampledBatch, autocast, sample
+from ablate.models.precision import autocast, unwrapped_forward
+from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logprobs
 
@@ -62,7 +63,7 @@ class Evaluator:
 
     # ------------------------------------------------------------------------------------- scoring
     def _policy_logprobs(self, policy, batch: TokenBatch) -> torch.Tensor:
-        with torch.no_grad():
+        with torch.no_grad(), unwrapped_forward(policy):
             logits = policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
         return torch.log_softmax(logits[:, :-1].float(), dim=-1)
 
@@ -74,7 +75,7 @@ class Evaluator:
         try:
             for i in range(0, len(self.heldout), self.cfg.batch_size):
                 enc = self.tok(self.heldout[i:i + self.cfg.batch_size], return_tensors="pt", padding=True).to(self.device)
-                with torch.no_grad(), autocast(self.device, self.scoring):
+                with torch.no_grad(), autocast(self.device, self.scoring), unwrapped_forward(policy):
                     logits = policy(**enc, use_cache=False).logits
                 lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
                 tgt = enc["input_ids"][:, 1:]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ablate.models.precision import autocast
 from ablate.refs.base import TokenBatch
 
 
@@ -27,13 +28,6 @@ class SampledBatch:
 def chat_prompt_texts(tokenizer, prompts: list[str]) -> list[str]:
     return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
             for p in prompts]
-
-
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast when asked for (fp32 weights, bf16 matmuls); a no-op context for fp32."""
-    if str(precision) in ("bf16", "Precision.bf16"):
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return torch.autocast(device.type, enabled=False)
 
 
 def _response_mask(resp: torch.Tensor, eos_id: int) -> torch.Tensor:

@@ -64,6 +64,7 @@ class RefContext:
     load_model: Callable[..., torch.nn.Module] | None = None  # load_model(**overrides) -> frozen eval-mode copy
     train_data: Any = None  # e.g. DPO pairs, for regimes that precompute
     cache_root: str | None = None
+    precision: str = "fp32"  # the policy's training precision: training-time reference calls use it too
 
 
 class Reference(ABC):
@@ -87,8 +88,11 @@ class Reference(ABC):
 
     # --- the interface --------------------------------------------------------------------------
     def logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """[B, T-1] reference log-probs of the response tokens (0 elsewhere). Timed as training cost."""
-        with self._timed():
+        """[B, T-1] reference log-probs of the response tokens (0 elsewhere), computed in the policy's
+        training precision (as a stock TRL reference model would be). Timed as training cost."""
+        from ablate.models.precision import autocast
+
+        with self._timed(), autocast(self.ctx.device, self.ctx.precision):
             return self._logprobs(batch)
 
     def sequence_logprobs(self, batch: TokenBatch) -> torch.Tensor:
@@ -96,7 +100,7 @@ class Reference(ABC):
         return self.logprobs(batch).sum(dim=1)
 
     def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Like :meth:`logprobs`, for the evaluator's audit: not counted as training cost."""
+        """Like :meth:`logprobs`, for the evaluator's audit: in the caller's precision, not counted as cost."""
         return self._logprobs(batch)
 
     def distribution(self, batch: TokenBatch) -> torch.Tensor:

@@ -1,0 +1,118 @@
+"""Shared fixtures: one content-addressed cache per test session, tiny real models, and the tiny config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_env(tmp_path_factory):
+    """Hermetic cache and W&B for the whole session (the SmolLM2 tokenizer is extracted once)."""
+    cache = os.environ.get("ABLATE_TEST_CACHE") or str(tmp_path_factory.mktemp("ablate_cache"))
+    os.environ["ABLATE_CACHE"] = cache
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ["WANDB_SILENT"] = "true"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    yield
+
+
+@pytest.fixture(scope="session")
+def cache_root(_session_env) -> Path:
+    return Path(os.environ["ABLATE_CACHE"])
+
+
+@pytest.fixture(scope="session")
+def tiny_source(cache_root):
+    from ablate.config import TinyModelConfig
+    from ablate.models.loading import resolve_source
+
+    return resolve_source(TinyModelConfig(name="tiny"), cache_root)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_source):
+    from ablate.models.loading import load_tokenizer
+
+    return load_tokenizer(tiny_source)
+
+
+@pytest.fixture
+def tiny_model(tiny_source):
+    import torch
+
+    from ablate.models.loading import load_model
+
+    return load_model(tiny_source, torch.device("cpu"))
+
+
+def compose(*overrides: str):
+    """A composed, typed config (as Hydra would build it for ``python -m ablate <overrides>``)."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ablate.config import register_configs
+    from ablate.paths import config_dir
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="test"):
+        cfg = hcompose(config_name="config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+TINY_FAST = [
+    "model=tiny", "algo.max_steps=3", "eval.interval=2", "task.n_train=6", "task.n_eval=4",
+    "task.max_new_tokens=16", "task.samples_per_prompt=4", "algo.batch_size=2", "logger=none",
+]
+
+
+def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | None = None):
+    """``python -m ablate <args>`` in a subprocess; returns CompletedProcess (text)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def ref_ctx(tiny_source, tokenizer):
+    """A RefContext over the tiny model, on CPU."""
+    import torch
+
+    from ablate.models.loading import load_model
+    from ablate.refs.base import RefContext
+
+    cpu = torch.device("cpu")
+    return RefContext(config=None, model_dir=str(tiny_source.path), model_fingerprint=tiny_source.fingerprint,
+                      tokenizer=tokenizer, device=cpu, load_model=lambda **kw: load_model(tiny_source, cpu, **kw))
+
+
+def token_batch(tokenizer, prompts, responses):
+    """Right-padded prompt+response batch with a completion mask, like TRL's collator builds."""
+    import torch
+
+    from ablate.refs.base import TokenBatch
+
+    rows, masks = [], []
+    for p, r in zip(prompts, responses):
+        p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
+        r_ids = tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p_ids + r_ids)
+        masks.append([0] * len(p_ids) + [1] * len(r_ids))
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    comp = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, m) in enumerate(zip(rows, masks)):
+        ids[i, :len(row)] = torch.tensor(row)
+        att[i, :len(row)] = 1
+        comp[i, :len(row)] = torch.tensor(m)
+    return TokenBatch(ids, att, comp)

@@ -1,0 +1,59 @@
+"""End to end on the tiny model, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ablate.tracking.run_dir import SUMMARY_KEYS
+from tests.conftest import TINY_FAST, run_cli
+
+
+def test_tiny_dpo_run_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    res = run_cli(*[a for a in TINY_FAST if a != "logger=none"], f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    assert summary["kl_true_step0"] == 0.0  # before training, policy == reference
+    assert summary["kl_approx"] == summary["kl_true"]  # ref=full
+    assert summary["ref_bytes"] > 0 and summary["ref_ms_per_step"] > 0
+    for key in ("win_rate", "reward_gold", "ppl", "length", "distinct_2", "unsafe_rate", "wall_s"):
+        assert not math.isnan(summary[key]), key
+    # metrics.jsonl: one object per logged step, train/ eval/ kl/ cost/ sections
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = set().union(*rows)
+    assert {"train/loss", "eval/win_rate", "kl/true", "kl/approx", "cost/ref_bytes"} <= keys
+    assert [r["step"] for r in rows if "eval/win_rate" in r] == [0, 2, 3]
+    # samples.jsonl: the policy's and the SFT model's responses with their scores
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4
+    assert {"prompt", "policy_response", "sft_response", "policy_reward", "sft_reward", "kl_true"} <= set(samples[0])
+    # the resolved config and a W&B offline run
+    assert "name: tiny" in (run_dir / "config.yaml").read_text()
+    assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def test_second_run_reuses_the_cached_pairs(tmp_path):
+    for name in ("a", "b"):
+        res = run_cli(*TINY_FAST, "algo.max_steps=1", "eval.at_start=false", f"hydra.run.dir={tmp_path / name}",
+                      cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+    a = json.loads((tmp_path / "a" / "summary.json").read_text())
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert b["pairs_cache_hit"] is True and a["pairs_cache"] == b["pairs_cache"]
+
+
+def test_bf16_policy_and_reference_agree_at_step_0(tmp_path):
+    """A reference must run in the policy's precision: with bf16 autocast, DPO's implicit rewards and the
+    true KL are exactly 0 before the first update (a fp32 reference against a bf16 policy gives neither)."""
+    run_dir = tmp_path / "run"
+    res = run_cli(*TINY_FAST, "model.precision=bf16", "algo.max_steps=1", "eval.interval=0",
+                  f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["kl_true_step0"] == 0.0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if "train/rewards/chosen" in r)
+    assert first["train/rewards/chosen"] == 0.0 and first["train/rewards/rejected"] == 0.0
