@@ -51,6 +51,8 @@ def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float
         "cost/ref_setup_s": c.setup_s,
         "cost/ref_cache_bytes": float(c.cache_bytes + cache_bytes),
         "cost/ref_forward_calls": float(c.forward_calls),
+        # regime-specific figures (hit rate, distillation KL, EMA updates, storage per position, ...)
+        **{f"cost/ref_{k}": float(v) for k, v in c.extra.items() if isinstance(v, (int, float))},
     }
 
 
@@ -67,6 +69,8 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
     summary["ref_setup_s"] = cost["cost/ref_setup_s"]
     summary["ref_cache_bytes"] = cost["cost/ref_cache_bytes"]
     summary["ref_forward_calls"] = cost["cost/ref_forward_calls"]
+    for key, value in cost.items():  # regime-specific extras, e.g. ref_hit_rate, ref_distill_kl_heldout
+        summary.setdefault(key.removeprefix("cost/"), value)
     summary["wall_s"] = wall_s
     reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}
     if state.first_eval is not None and state.first_eval.step == 0:

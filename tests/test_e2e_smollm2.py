@@ -29,3 +29,29 @@ def test_smollm2_dpo_few_steps(tmp_path):
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert sum(len(x["policy_response"].split()) for x in samples) > 20
     assert not math.isnan(s["win_rate"])
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_reference_bytes_order_on_smollm2(cache_root):
+    """On the default model: nf4 < int8 < full, and the shared regime holds no weights of its own."""
+    import torch
+
+    from ablate.config import ModelConfig
+    from ablate.models.loading import load_model, load_tokenizer, resolve_source
+    from ablate.refs.base import RefContext
+    from ablate.refs.full import FullRefConfig, FullReference
+    from ablate.refs.int8 import Int8RefConfig, Int8Reference
+    from ablate.refs.nf4 import Nf4RefConfig, Nf4Reference
+
+    cpu = torch.device("cpu")
+    source = resolve_source(ModelConfig(name="smollm2"), cache_root)
+    ctx = RefContext(config=None, model_dir=str(source.path), model_fingerprint=source.fingerprint,
+                     tokenizer=load_tokenizer(source), device=cpu, load_model=lambda **kw: load_model(source, cpu, **kw))
+    sizes = {}
+    for name, cls, cfg in (("full", FullReference, FullRefConfig()), ("int8", Int8Reference, Int8RefConfig()),
+                           ("nf4", Nf4Reference, Nf4RefConfig())):
+        ref = cls(cfg, ctx)
+        sizes[name] = ref.cost().bytes_held
+        del ref
+    assert sizes["nf4"] < sizes["int8"] < sizes["full"]
+    print({k: f"{v / 2**20:.1f} MiB ({v / sizes['full']:.2f}x)" for k, v in sizes.items()})

@@ -25,15 +25,29 @@ def _dpo_trainer_cls():
             super().__init__(*args, ref_model=None, **kwargs)
 
         def _precompute_ref_logps(self, dataset, name, batch_size):
-            return dataset  # the regime supplies reference log-probs at every step
+            """TRL's precompute pass, handed to the regime: regimes that precompute (``cached``) get the
+            training sequences exactly as the collator will build them; the others need nothing."""
+            if getattr(self.reference, "wants_training_data", False) and name == "train":
+                from torch.utils.data import DataLoader
+
+                bs = getattr(self.reference.cfg, "batch_size", batch_size)
+                loader = DataLoader(dataset, batch_size=bs, collate_fn=self.data_collator, shuffle=False)
+                self.reference.prepare(TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
+                                       for b in loader)
+            return dataset
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if "ref_chosen_logps" not in inputs:
                 batch = TokenBatch(inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"])
                 ref_chosen, ref_rejected = self.reference.sequence_logprobs(batch).chunk(2, dim=0)
                 inputs = {**inputs, "ref_chosen_logps": ref_chosen, "ref_rejected_logps": ref_rejected}
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
+            out = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                       num_items_in_batch=num_items_in_batch)
+            extra = self.reference.extra_loss(model) if hasattr(self.reference, "extra_loss") else None
+            if extra is None:
+                return out
+            self._metrics["train"]["ref_extra_loss"].append(float(extra.detach()))
+            return (out[0] + extra, out[1]) if return_outputs else out + extra
 
     return RegimeDPOTrainer
 
@@ -50,11 +64,15 @@ def pairs_dataset(pairs):
     ])
 
 
-def trl_args(cfg, out_dir: Path, device: torch.device):
+def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | None = None):
     """TRL ``DPOConfig`` from our config: CPU-sane defaults (no gradient checkpointing, no hub, no reports)."""
     from trl import DPOConfig
 
     algo = cfg.algo
+    loss_types = [str(getattr(algo.loss_type, "value", algo.loss_type))]
+    loss_weights = None
+    if reference is not None and hasattr(reference, "dpo_loss_types"):  # ref=none: SimPO, SFT replay
+        loss_types, loss_weights = reference.dpo_loss_types(loss_types[0])
     return DPOConfig(
         output_dir=str(out_dir / "trainer"),
         per_device_train_batch_size=algo.batch_size,
@@ -66,7 +84,8 @@ def trl_args(cfg, out_dir: Path, device: torch.device):
         weight_decay=algo.weight_decay,
         max_grad_norm=algo.max_grad_norm,
         beta=algo.beta,
-        loss_type=[str(getattr(algo.loss_type, "value", algo.loss_type))],
+        loss_type=loss_types,
+        loss_weights=loss_weights,
         max_length=algo.max_length,
         truncation_mode="keep_start",
         logging_steps=1,
@@ -87,5 +106,5 @@ def trl_args(cfg, out_dir: Path, device: torch.device):
 def build_trainer(cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path,
                   device: torch.device):
     cls = _dpo_trainer_cls()
-    return cls(model=policy, args=trl_args(cfg, out_dir, device), train_dataset=pairs_dataset(pairs),
+    return cls(model=policy, args=trl_args(cfg, out_dir, device, reference), train_dataset=pairs_dataset(pairs),
                processing_class=tokenizer, reference=reference, callbacks=callbacks)

@@ -50,9 +50,11 @@ class Evaluator:
 
     # ------------------------------------------------------------------------------------ sampling
     def _sample(self, model, seed: int, desc: str) -> list[SampledBatch]:
-        return sample(model, self.tok, self.prompts, max_new_tokens=self.task.max_new_tokens,
-                      temperature=self.task.temperature, batch_size=self.cfg.batch_size, seed=seed,
-                      precision=self.precision, desc=desc)
+        # sampled in the policy's precision (our autocast), outside Accelerate's per-call wrapper
+        with unwrapped_forward(model):
+            return sample(model, self.tok, self.prompts, max_new_tokens=self.task.max_new_tokens,
+                          temperature=self.task.temperature, batch_size=self.cfg.batch_size, seed=seed,
+                          precision=self.precision, desc=desc)
 
     def sft_baseline(self) -> dict:
         """The SFT model's responses to the evaluation prompts, sampled once (another seed than the policy's)."""
@@ -122,13 +124,18 @@ class Evaluator:
                         except NotImplementedError as e:
                             approx_ok = False
                             reasons["kl_approx"] = str(e)
-                        approx_logp = reference.audit_logprobs(batch)
-                        d = (approx_logp - true_logp)[mask].double()
-                        if d.numel():
-                            err_sq += d.pow(2).sum().item()
-                            err_abs += d.abs().sum().item()
-                            err_max = max(err_max, d.abs().max().item())
-                            err_n += d.numel()
+                    if reference.has_reference and "logp_mae" not in reasons:
+                        try:
+                            approx_logp = reference.audit_logprobs(batch)
+                        except NotImplementedError as e:
+                            reasons["logp_mae"] = reasons["logp_rmse"] = reasons["logp_max_err"] = str(e)
+                        else:
+                            d = (approx_logp - true_logp)[mask].double()
+                            if d.numel():
+                                err_sq += d.pow(2).sum().item()
+                                err_abs += d.abs().sum().item()
+                                err_max = max(err_max, d.abs().max().item())
+                                err_n += d.numel()
                 per_sample["len"] += [float(x) for x in sb.lengths]
             ppl = self.perplexity(policy)
         finally:
@@ -145,8 +152,10 @@ class Evaluator:
             reasons["kl_rel_err"] = "kl_true is 0 (the policy equals the reference): relative error undefined"
         elif not approx_ok:
             reasons["kl_abs_err"] = reasons["kl_rel_err"] = reasons["kl_approx"]
-        if err_n == 0:
-            reasons.setdefault("logp_mae", reasons.get("kl_approx", "no response tokens"))
+        if err_n == 0 or "logp_mae" in reasons:
+            err_n = 0
+            for k in ("logp_mae", "logp_rmse", "logp_max_err"):
+                reasons.setdefault(k, reasons.get("kl_approx", "no response tokens"))
         metrics = {
             "eval/win_rate": wr["win_rate"], "eval/win_rate_lo": wr["win_rate_lo"], "eval/win_rate_hi": wr["win_rate_hi"],
             "eval/reward_gold": mm.mean(rewards), "eval/reward_gold_sft": mm.mean(sft["rewards"]),

@@ -162,10 +162,13 @@ def regime_class(name: str) -> type[Reference]:
 
 
 def module_bytes(module: torch.nn.Module) -> int:
-    """Bytes of a module's parameters and buffers, each storage counted once."""
+    """Bytes a module holds: its state dict (which, unlike ``parameters()``, includes bitsandbytes'
+    quantisation constants), each storage counted once (tied weights are one storage)."""
     seen: set[int] = set()
     total = 0
-    for t in list(module.parameters()) + list(module.buffers()):
+    for t in module.state_dict(keep_vars=True).values():
+        if not isinstance(t, torch.Tensor):
+            continue
         key = t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t)
         if key in seen:
             continue

@@ -22,9 +22,14 @@ def add_logprob_head(model: torch.nn.Module) -> None:
     TRL's trainers use for the policy, so a reference equal to the policy gives exactly equal log-probs."""
     from trl.trainer.utils import add_fused_lm_head
 
-    if not getattr(model, "_ablate_fused_head", False):
+    if not has_logprob_head(model):
         add_fused_lm_head(model)
-        model._ablate_fused_head = True
+
+
+def has_logprob_head(model: torch.nn.Module) -> bool:
+    """True when TRL's fused head is already installed (by us, or by a TRL trainer on the policy)."""
+    fn = getattr(model.__dict__.get("forward"), "__func__", None)
+    return fn is not None and fn.__code__.co_name == "_fused_forward"
 
 
 def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:

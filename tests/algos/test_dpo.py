@@ -57,3 +57,39 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
     # the regime was asked once per step, and TRL loaded no reference of its own
     assert reference.cost().forward_calls == 3
     assert ours.ref_model is None
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_cached_regime_trains_like_full_with_zero_reference_forwards(tmp_path, tiny_source, tokenizer, ref_ctx,
+                                                                     cache_root):
+    from ablate.refs.cached import CachedRefConfig, CachedReference
+
+    cpu = torch.device("cpu")
+    ref_ctx.cache_root = str(cache_root)
+    runs = {}
+    for name, reference in (("full", FullReference(FullRefConfig(), ref_ctx)),
+                            ("cached", CachedReference(CachedRefConfig(miss="error"), ref_ctx))):
+        trainer = _dpo_trainer_cls()(model=load_model(tiny_source, cpu), args=_args(tmp_path / name, precompute=True),
+                                     train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer,
+                                     reference=reference)
+        trainer.train()
+        runs[name] = (_losses(trainer), reference)
+    (full_losses, _), (cached_losses, cached) = runs["full"], runs["cached"]
+    for x, y in zip(full_losses, cached_losses):
+        assert math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-5)
+    extra = cached.cost().extra
+    assert extra["model_forwards"] == 0 and extra["misses"] == 0 and extra["hits"] == 3 * 2 * 2
+    assert cached.cost().bytes_held < 1e6  # log-probs only, no weights
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_none_regime_uses_no_reference_term(tmp_path, tiny_source, tokenizer, ref_ctx):
+    from ablate.refs.none import NoneRefConfig, NoReference
+
+    trainer = _dpo_trainer_cls()(model=load_model(tiny_source, torch.device("cpu")),
+                                 args=_args(tmp_path, precompute=True), train_dataset=pairs_dataset(PAIRS),
+                                 processing_class=tokenizer, reference=NoReference(NoneRefConfig(), ref_ctx))
+    trainer.train()
+    first = trainer.state.log_history[0]
+    # with a zero reference the implicit reward is beta * log pi(y): not 0 at step 0, unlike with a reference
+    assert first["rewards/chosen"] == pytest.approx(0.1 * first["logps/chosen"], rel=1e-3)

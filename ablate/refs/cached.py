@@ -1,0 +1,186 @@
+"""``ref=cached``: reference log-probs precomputed once for a fixed dataset (the training pairs, as the
+trainer tokenises them), stored content-addressed, and looked up by sequence content during training.
+
+No reference weights are held while training. The cache key covers everything that changes the
+numbers: the model's fingerprint, the tokenizer (vocab, special tokens, chat template), the max length
+and truncation (and through them the exact token sequences: the dataset fingerprint is a hash of
+every sequence as the trainer will see it) and the precision. The values are stored as safetensors
+with a checksum per file; a corrupted or partial cache is detected, reported and rebuilt.
+
+A sequence not in the cache (a freshly sampled response, under an online algorithm) follows ``miss``:
+``skip`` (no reference term for it: zeros), ``fallback`` (compute it with a full copy, loaded on the
+first miss and counted in ``ref_bytes``) or ``error``. The hit rate is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+from ablate.cache import CacheEntry
+from ablate.config import RefConfig, _check
+from ablate.models.precision import autocast
+from ablate.refs.base import Reference, TokenBatch, module_bytes, register
+from ablate.refs.model_backed import freeze, token_logprobs
+
+log = logging.getLogger(__name__)
+
+VALUES, INDEX = "logps.safetensors", "index.json"
+
+
+@dataclass
+class CachedRefConfig(RefConfig):
+    name: str = "cached"
+    miss: str = "error"  # skip | fallback | error
+    batch_size: int = 8  # precompute batch size (does not change the values)
+
+    def __post_init__(self) -> None:
+        _check(self.miss in ("skip", "fallback", "error"), f"ref.miss must be skip, fallback or error, got {self.miss!r}")
+        _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
+
+
+def row_key(batch: TokenBatch, i: int) -> str:
+    """Content key of row ``i``: its real tokens and which of them are response tokens (padding ignored)."""
+    real = batch.attention_mask[i].bool()
+    ids = batch.input_ids[i][real].to(torch.int64).cpu().numpy().tobytes()
+    comp = batch.completion_mask[i][real].to(torch.int8).cpu().numpy().tobytes()
+    return hashlib.sha256(ids + b"|" + comp).hexdigest()
+
+
+@register("cached", CachedRefConfig)
+class CachedReference(Reference):
+    wants_training_data = True
+
+    def __init__(self, cfg: CachedRefConfig, ctx):
+        super().__init__(cfg, ctx)
+        self.index: dict[str, int] | None = None
+        self.values: torch.Tensor | None = None
+        self.offsets: torch.Tensor | None = None
+        self._fallback: torch.nn.Module | None = None
+        self.entry: CacheEntry | None = None
+        self.hits = self.misses = self.model_forwards = 0
+
+    # ------------------------------------------------------------------------------------ building
+    def cache_key(self, data_fingerprint: str) -> dict:
+        from ablate.models.loading import tokenizer_fingerprint
+
+        algo = getattr(self.ctx.config, "algo", None)
+        return {
+            "model": self.ctx.model_fingerprint,
+            "tokenizer": tokenizer_fingerprint(self.ctx.tokenizer),
+            "max_length": getattr(algo, "max_length", None),
+            "truncation": "keep_start",
+            "data": data_fingerprint,
+            "precision": str(self.ctx.precision),
+            "format": 1,
+        }
+
+    def prepare(self, batches: Iterable[TokenBatch]) -> None:
+        """Precompute (or load) the log-probs of every sequence in ``batches``."""
+        t0 = time.perf_counter()
+        batches = list(batches)
+        keys = [row_key(b, i) for b in batches for i in range(b.input_ids.shape[0])]
+        data_fp = hashlib.sha256("\n".join(keys).encode()).hexdigest()
+        self.entry = CacheEntry(self.ctx.cache_root, "refs/cached", self.cache_key(data_fp))
+        if not self.entry.valid():
+            self._build(batches, keys)
+        self._load()
+        self._cost.setup_s += time.perf_counter() - t0
+        self._cost.cache_bytes = self.entry.nbytes()
+        self._update_bytes()
+
+    def _build(self, batches: list[TokenBatch], keys: list[str]) -> None:
+        from safetensors.torch import save_file
+        from tqdm.auto import tqdm
+
+        model = freeze(self.ctx.load_model())
+        rows: dict[str, torch.Tensor] = {}
+        k = 0
+        for b in tqdm(batches, desc="cached: precomputing reference log-probs", leave=False):
+            b = b.to(self.ctx.device)
+            with autocast(self.ctx.device, self.ctx.precision):
+                lp = token_logprobs(model, b)
+            for i in range(b.input_ids.shape[0]):
+                pos = b.attention_mask[i].bool().nonzero().squeeze(-1)
+                rows.setdefault(keys[k], lp[i, pos[1:] - 1].float().cpu())
+                k += 1
+        del model
+        order = sorted(rows)
+        lengths = torch.tensor([rows[r].numel() for r in order], dtype=torch.int64)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        with self.entry.build(extra_meta={"rows": len(order)}) as tmp:
+            save_file({"values": torch.cat([rows[r] for r in order]).contiguous(), "offsets": offsets},
+                      str(tmp / VALUES))
+            (tmp / INDEX).write_text(json.dumps(order))
+
+    def _load(self) -> None:
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(self.entry.path / VALUES))
+        self.values, self.offsets = tensors["values"], tensors["offsets"]
+        self.index = {key: i for i, key in enumerate(json.loads((self.entry.path / INDEX).read_text()))}
+
+    def _update_bytes(self) -> None:
+        held = sum(t.numel() * t.element_size() for t in (self.values, self.offsets) if t is not None)
+        self._cost.bytes_held = held + (module_bytes(self._fallback) if self._fallback is not None else 0)
+
+    # ------------------------------------------------------------------------------------- lookups
+    def _lookup(self, batch: TokenBatch) -> tuple[torch.Tensor, list[int]]:
+        if self.index is None:
+            raise RuntimeError("ref=cached was used before its cache was prepared (no training data given)")
+        B, T = batch.input_ids.shape
+        out = torch.zeros(B, T - 1)
+        missing = []
+        for i in range(B):
+            j = self.index.get(row_key(batch, i))
+            if j is None:
+                missing.append(i)
+                continue
+            pos = batch.attention_mask[i].bool().nonzero().squeeze(-1).cpu()
+            out[i, pos[1:] - 1] = self.values[self.offsets[j]:self.offsets[j + 1]]
+        return out, missing
+
+    def _logprobs(self, batch: TokenBatch, *, count: bool = True) -> torch.Tensor:
+        out, missing = self._lookup(batch)
+        if count:
+            self.hits += batch.input_ids.shape[0] - len(missing)
+            self.misses += len(missing)
+            self._cost.extra.update(hits=self.hits, misses=self.misses,
+                                    hit_rate=self.hits / max(1, self.hits + self.misses),
+                                    model_forwards=self.model_forwards)
+        if missing:
+            if self.cfg.miss == "error":
+                raise RuntimeError(f"ref=cached: {len(missing)} of {batch.input_ids.shape[0]} sequences are not in "
+                                   f"the cache (miss=error); use ref.miss=fallback or ref.miss=skip")
+            if self.cfg.miss == "fallback":
+                sub = TokenBatch(*(t[missing] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask)))
+                out[missing] = token_logprobs(self._fallback_model(), sub.to(self.ctx.device)).cpu()
+                self.model_forwards += 1
+                self._cost.extra["model_forwards"] = self.model_forwards
+        out = out.to(batch.input_ids.device)
+        return torch.where(batch.target_mask, out, torch.zeros_like(out))
+
+    def _fallback_model(self) -> torch.nn.Module:
+        if self._fallback is None:
+            log.info("ref=cached: first cache miss, loading a full copy for miss=fallback")
+            self._fallback = freeze(self.ctx.load_model())
+            self._update_bytes()
+        return self._fallback
+
+    def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        if self.cfg.miss != "fallback":
+            _, missing = self._lookup(batch)
+            if missing:
+                raise NotImplementedError(f"ref=cached has no log-probs for fresh samples "
+                                          f"({len(missing)} of {batch.input_ids.shape[0]} not in the cache)")
+        return self._logprobs(batch, count=False)
+
+    def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+        raise NotImplementedError("ref=cached stores only per-token log-probs of its dataset: it has no "
+                                  "next-token distribution for fresh samples")

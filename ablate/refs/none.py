@@ -1,0 +1,59 @@
+"""``ref=none``: reference-free training, optionally with weaker constraints instead of an anchor.
+
+DPO: the reference log-ratio is zero (``loss=simpo`` uses TRL's length-normalised ``sigmoid_norm`` loss,
+which with a zero reference is SimPO without its margin term). PPO/GRPO: beta = 0. Weaker constraints:
+``sft_weight`` adds an SFT (replay) loss on the chosen responses; ``l2_init`` adds
+``l2_init * ||theta - theta_0||^2`` over the trained parameters (this keeps a copy of them, counted in
+``ref_bytes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ablate.config import RefConfig, _check
+from ablate.refs.base import Reference, TokenBatch, register
+
+
+@dataclass
+class NoneRefConfig(RefConfig):
+    name: str = "none"
+    loss: str = "dpo"  # dpo | simpo (DPO only)
+    sft_weight: float = 0.0
+    l2_init: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.loss in ("dpo", "simpo"), f"ref.loss must be dpo or simpo, got {self.loss!r}")
+        _check(self.sft_weight >= 0, f"ref.sft_weight must be >= 0, got {self.sft_weight}")
+        _check(self.l2_init >= 0, f"ref.l2_init must be >= 0, got {self.l2_init}")
+
+
+@register("none", NoneRefConfig)
+class NoReference(Reference):
+    has_reference = False
+
+    def __init__(self, cfg: NoneRefConfig, ctx):
+        super().__init__(cfg, ctx)
+        self._init_params: list[tuple[torch.nn.Parameter, torch.Tensor]] | None = None
+
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1, device=batch.input_ids.device)
+
+    def unavailable_reason(self) -> str:
+        return "ref=none trains without a reference: there is no approximate KL"
+
+    def dpo_loss_types(self, loss_type: str) -> tuple[list[str], list[float] | None]:
+        types = ["sigmoid_norm" if self.cfg.loss == "simpo" else loss_type]
+        if self.cfg.sft_weight > 0:
+            return types + ["sft"], [1.0, self.cfg.sft_weight]
+        return types, None
+
+    def extra_loss(self, policy: torch.nn.Module) -> torch.Tensor | None:
+        if self.cfg.l2_init <= 0:
+            return None
+        if self._init_params is None:  # first call: before the first update, the parameters are theta_0
+            self._init_params = [(p, p.detach().clone()) for p in policy.parameters() if p.requires_grad]
+            self._cost.bytes_held = sum(t.numel() * t.element_size() for _, t in self._init_params)
+        return self.cfg.l2_init * sum(((p - p0) ** 2).sum() for p, p0 in self._init_params)

@@ -1,0 +1,65 @@
+"""``ref=shared``: the policy trains a LoRA adapter; the reference is the same weights with the adapter
+disabled. No second copy of the model is held."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from ablate.config import RefConfig
+from ablate.errors import ConfigError
+from ablate.models.precision import unwrapped_forward
+from ablate.refs.base import Reference, TokenBatch, register
+from ablate.refs.model_backed import add_logprob_head
+
+
+@dataclass
+class SharedRefConfig(RefConfig):
+    name: str = "shared"
+
+
+@register("shared", SharedRefConfig)
+class SharedReference(Reference):
+    required_packages = {"peft": ("peft==0.21.2", "ref=shared")}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if not cfg.model.adapter.enabled:
+            raise ConfigError("ref=shared needs a LoRA policy (the reference is the policy with its adapter "
+                              "disabled): add model.adapter.enabled=true")
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        if ctx.policy is None or not hasattr(ctx.policy, "disable_adapter"):
+            raise ConfigError("ref=shared needs the policy to be a peft model with an adapter")
+        self.policy = ctx.policy
+        self._cost.bytes_held = 0  # nothing beyond the policy's own weights
+
+    @contextmanager
+    def _base(self) -> Iterator[torch.nn.Module]:
+        """The policy with its adapter disabled, in eval mode, outside Accelerate's autocast wrapper."""
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with self.policy.disable_adapter(), unwrapped_forward(self.policy), torch.no_grad():
+                yield self.policy
+        finally:
+            self.policy.train(was_training)
+
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        add_logprob_head(self.policy.get_base_model())
+        batch = batch.to(self.ctx.device)
+        labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
+        with self._base() as model:
+            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels,
+                        fused_lm_head=True, use_cache=False)
+        return out.log_probs.float()
+
+    def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+        batch = batch.to(self.ctx.device)
+        with self._base() as model:
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        return torch.log_softmax(logits[:, :-1].float(), dim=-1)

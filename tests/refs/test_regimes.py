@@ -1,0 +1,251 @@
+"""Invariants that pin each regime's behaviour against the full reference (each able to fail)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ablate.eval.kl import exact_kl_per_token, gather_token_logprobs
+from ablate.models.loading import add_adapter, load_model
+from ablate.refs.cached import CachedRefConfig, CachedReference
+from ablate.refs.ema import EmaRefConfig, EmaReference
+from ablate.refs.full import FullRefConfig, FullReference
+from ablate.refs.int8 import Int8RefConfig, Int8Reference
+from ablate.refs.nf4 import Nf4RefConfig, Nf4Reference
+from ablate.refs.none import NoneRefConfig, NoReference
+from ablate.refs.shared import SharedRefConfig, SharedReference
+from ablate.refs.snapshot import SnapshotRefConfig, SnapshotReference
+from ablate.refs.topk import TopKRefConfig, TopKReference, topk_distribution
+from tests.conftest import token_batch
+
+PROMPTS = ["Review the film:", "Continue: I watched it and", "Write a review of Iron Summer."]
+RESPONSES = ["It was a wonderful, moving story.", "regretted every minute", "Great acting, lovely score."]
+
+
+@pytest.fixture
+def batch(tokenizer):
+    return token_batch(tokenizer, PROMPTS, RESPONSES)
+
+
+@pytest.fixture
+def full(ref_ctx):
+    return FullReference(FullRefConfig(), ref_ctx)
+
+
+def _perturbed(tiny_source, scale=0.05, seed=0):
+    policy = load_model(tiny_source, torch.device("cpu"))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return policy
+
+
+# ----------------------------------------------------------------------------------- topk
+def test_topk_with_k_equal_vocab_is_full(ref_ctx, full, batch):
+    vocab = full.model.config.vocab_size
+    for tail in ("bucket", "renorm"):
+        ref = TopKReference(TopKRefConfig(k=vocab, tail=tail), ref_ctx)
+        assert torch.equal(ref.distribution(batch), full.distribution(batch))
+        assert torch.allclose(ref.logprobs(batch), full.logprobs(batch), atol=1e-5)
+
+
+@pytest.mark.parametrize("tail", ["bucket", "renorm"])
+def test_topk_is_a_proper_distribution_that_keeps_the_top(tail):
+    lp = torch.log_softmax(torch.randn(2, 3, 50, dtype=torch.float64), -1)
+    approx = topk_distribution(lp, 5, tail, 1e-6)
+    assert torch.allclose(approx.logsumexp(-1), torch.zeros(2, 3, dtype=torch.float64), atol=1e-9)
+    top = lp.topk(5, -1).indices
+    if tail == "bucket":  # the top-k keep their true log-probs
+        assert torch.equal(approx.gather(-1, top), lp.gather(-1, top))
+    kl = exact_kl_per_token(lp, approx)
+    assert (kl > 0).all()  # the tail costs fidelity
+
+
+def test_topk_small_k_biases_kl_and_logprobs(ref_ctx, full, batch, tiny_source):
+    ref = TopKReference(TopKRefConfig(k=5), ref_ctx)
+    d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask]
+    assert d.abs().max() > 0
+    assert ref.cost().extra["stored_bytes_per_position"] == 5 * 8 + 4
+
+
+# ------------------------------------------------------------------------------- ema/snap
+def test_ema_formula_step_by_step(ref_ctx, full, tiny_source):
+    ref = EmaReference(EmaRefConfig(alpha=0.25, tau=2), ref_ctx)
+    r0 = {n: p.clone() for n, p in ref.model.named_parameters()}
+    policy = _perturbed(tiny_source)
+    ref.step(policy, 1)  # not a multiple of tau: no update
+    assert all(torch.equal(p, r0[n]) for n, p in ref.model.named_parameters())
+    ref.step(policy, 2)
+    pol = dict(policy.named_parameters())
+    for n, p in ref.model.named_parameters():
+        assert torch.allclose(p, 0.75 * r0[n] + 0.25 * pol[n], atol=1e-6), n
+    r1 = {n: p.clone() for n, p in ref.model.named_parameters()}
+    ref.step(policy, 4)
+    for n, p in ref.model.named_parameters():
+        assert torch.allclose(p, 0.75 * r1[n] + 0.25 * pol[n], atol=1e-6), n
+    assert ref.cost().extra["updates"] == 2
+
+
+def test_ema_alpha_zero_and_late_snapshot_equal_full(ref_ctx, full, batch, tiny_source):
+    policy = _perturbed(tiny_source)
+    ema = EmaReference(EmaRefConfig(alpha=0.0, tau=1), ref_ctx)
+    snap = SnapshotReference(SnapshotRefConfig(tau=100), ref_ctx)
+    for step in range(1, 11):
+        ema.step(policy, step)
+        snap.step(policy, step)
+    assert torch.equal(ema.logprobs(batch), full.logprobs(batch))
+    assert torch.equal(snap.logprobs(batch), full.logprobs(batch))
+
+
+def test_snapshot_copies_the_policy_exactly_at_tau(ref_ctx, batch, tiny_source):
+    from ablate.refs.model_backed import token_logprobs
+
+    snap = SnapshotReference(SnapshotRefConfig(tau=3), ref_ctx)
+    policy = _perturbed(tiny_source)
+    snap.step(policy, 2)
+    assert not torch.equal(snap.logprobs(batch), token_logprobs(policy.eval(), batch))
+    snap.step(policy, 3)
+    assert torch.equal(snap.logprobs(batch), token_logprobs(policy, batch))
+
+
+# ------------------------------------------------------------------------------------- none
+def test_none_gives_zero_reference_log_ratio(ref_ctx, batch):
+    ref = NoReference(NoneRefConfig(), ref_ctx)
+    assert not ref.has_reference
+    assert torch.count_nonzero(ref.logprobs(batch)) == 0
+    assert ref.dpo_loss_types("sigmoid") == (["sigmoid"], None)
+    assert NoReference(NoneRefConfig(loss="simpo", sft_weight=0.5), ref_ctx).dpo_loss_types("sigmoid") == (
+        ["sigmoid_norm", "sft"], [1.0, 0.5])
+
+
+def test_none_l2_to_initial_weights(ref_ctx, tiny_source):
+    ref = NoReference(NoneRefConfig(l2_init=2.0), ref_ctx)
+    policy = load_model(tiny_source, torch.device("cpu"))
+    assert ref.extra_loss(policy).item() == 0.0  # the first call records theta_0
+    with torch.no_grad():
+        next(policy.parameters()).add_(0.1)
+    p = next(policy.parameters())
+    assert math.isclose(ref.extra_loss(policy).item(), 2.0 * 0.01 * p.numel(), rel_tol=1e-4)
+    assert ref.cost().bytes_held > 0  # the copy of theta_0 is what the constraint costs
+
+
+# ------------------------------------------------------------------------------ quantised
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cls,cfg", [(Int8Reference, Int8RefConfig()), (Nf4Reference, Nf4RefConfig()),
+                                     (Nf4Reference, Nf4RefConfig(quant_type="fp4", double_quant=True))])
+def test_quantised_differ_from_full_by_a_small_nonzero_amount(ref_ctx, full, batch, cls, cfg):
+    ref = cls(cfg, ref_ctx)
+    d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask].abs()
+    assert 0 < d.mean() < 0.5
+    kl = exact_kl_per_token(full.distribution(batch), ref.distribution(batch))[batch.target_mask]
+    assert (kl > 0).any() and kl.mean() < 0.1
+    assert ref.cost().bytes_held < full.cost().bytes_held
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_quantised_bytes_order(ref_ctx, full):
+    int8 = Int8Reference(Int8RefConfig(), ref_ctx).cost().bytes_held
+    nf4 = Nf4Reference(Nf4RefConfig(), ref_ctx).cost().bytes_held
+    assert nf4 < int8 < full.cost().bytes_held
+
+
+# ---------------------------------------------------------------------------------- shared
+def test_shared_is_the_policy_without_its_adapter(ref_ctx, full, batch, tiny_source):
+    from ablate.config import AdapterConfig
+
+    policy = add_adapter(load_model(tiny_source, torch.device("cpu")), AdapterConfig(enabled=True, r=4))
+    ref_ctx.policy = policy
+    ref = SharedReference(SharedRefConfig(), ref_ctx)
+    assert ref.cost().bytes_held == 0
+    assert torch.allclose(ref.logprobs(batch), full.logprobs(batch), atol=1e-6)
+    with torch.no_grad():  # move the adapter: the policy changes, the shared reference must not
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.5)
+    policy.train()
+    assert torch.allclose(ref.logprobs(batch), full.logprobs(batch), atol=1e-6)
+    assert policy.training  # restored
+    from ablate.refs.model_backed import next_token_logprobs
+
+    moved = next_token_logprobs(policy.eval(), batch)
+    assert not torch.allclose(gather_token_logprobs(moved, batch.input_ids[:, 1:])[batch.target_mask],
+                              full.logprobs(batch)[batch.target_mask], atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------- cached
+def test_cached_equals_full_on_its_data_with_no_forwards(ref_ctx, full, batch, cache_root):
+    ref_ctx.cache_root = str(cache_root)
+    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    ref.prepare([batch])
+    assert torch.allclose(ref.logprobs(batch), full.logprobs(batch), atol=1e-6)
+    # a batch padded differently, in another order, is still a hit: lookups are by content
+    wide = token_batch(ref_ctx.tokenizer, PROMPTS[::-1], RESPONSES[::-1])
+    assert torch.allclose(ref.logprobs(wide), full.logprobs(wide), atol=1e-6)
+    extra = ref.cost().extra
+    assert extra["hits"] == 6 and extra["misses"] == 0 and extra["model_forwards"] == 0
+    with pytest.raises(NotImplementedError):
+        ref.distribution(batch)
+
+
+def test_cached_miss_policies(ref_ctx, full, batch, cache_root, tokenizer):
+    ref_ctx.cache_root = str(cache_root)
+    fresh = token_batch(tokenizer, ["Something else entirely"], ["not cached"])
+    for miss in ("error", "skip", "fallback"):
+        ref = CachedReference(CachedRefConfig(miss=miss), ref_ctx)
+        ref.prepare([batch])
+        if miss == "error":
+            with pytest.raises(RuntimeError, match="not in the cache"):
+                ref.logprobs(fresh)
+        elif miss == "skip":
+            assert torch.count_nonzero(ref.logprobs(fresh)) == 0
+            assert ref.cost().extra["hit_rate"] == 0.0
+        else:
+            assert torch.allclose(ref.logprobs(fresh), full.logprobs(fresh), atol=1e-6)
+            assert ref.cost().extra["model_forwards"] == 1 and ref.cost().bytes_held > full.cost().bytes_held * 0.9
+
+
+def test_cached_corrupted_file_is_detected_and_rebuilt(ref_ctx, full, batch, tmp_path, caplog):
+    ref_ctx.cache_root = str(tmp_path)
+    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    ref.prepare([batch])
+    values = ref.entry.path / "logps.safetensors"
+    blob = bytearray(values.read_bytes())
+    blob[-3] ^= 0xFF
+    values.write_bytes(bytes(blob))
+    again = CachedReference(CachedRefConfig(), ref_ctx)
+    with caplog.at_level("WARNING"):
+        again.prepare([batch])
+    assert "failed its checksum" in caplog.text
+    assert torch.allclose(again.logprobs(batch), full.logprobs(batch), atol=1e-6)
+
+
+def test_cached_key_changes_with_every_input(ref_ctx, tokenizer):
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose
+
+    raw = compose("model=tiny")
+    raw.out_dir = "."
+    ref_ctx.config = OmegaConf.to_object(raw)
+    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    base = ref.cache_key("data")
+    assert ref.cache_key("data2") != base
+    ref_ctx.config.algo.max_length = 128
+    assert ref.cache_key("data") != base
+    ref_ctx.config.algo.max_length = 256
+    fp = ref_ctx.model_fingerprint
+    ref_ctx.model_fingerprint = "tiny:other"
+    assert ref.cache_key("data") != base
+    ref_ctx.model_fingerprint = fp
+    assert ref.cache_key("data") == base
+    old = tokenizer.chat_template
+    tokenizer.chat_template = old.replace("assistant", "bot")
+    try:
+        assert ref.cache_key("data") != base
+    finally:
+        tokenizer.chat_template = old
+    ref_ctx.precision = "bf16"
+    assert ref.cache_key("data") != base
