@@ -20,7 +20,7 @@ BAD = [
     (["model=hf"], "model.name_or_path is required"),
     (["model.precision=fp16"], "model.precision: 'fp16' is not one of bf16, fp32"),
     (["-m", "ref=full,nope"], "unknown ref 'nope'"),
-    (["model=tiny", "ref=shared"], "ref=shared needs a LoRA policy"),
+    (["model=tiny", "ref=shared", "model.adapter.enabled=false"], "ref=shared needs a LoRA policy"),
     (["model=tiny", "ref=ema", "model.adapter.enabled=true"], "ref=ema updates the reference from the policy"),
     (["ref=topk", "ref.k=0"], "ref.k must be >= 1"),
     (["ref=cached", "ref.miss=sometimes"], "ref.miss must be skip, fallback or error"),

@@ -20,7 +20,7 @@ def _options(group: str) -> list[str]:
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_option_composes_and_validates(group, option):
     extra = {("model", "hf"): ["model.name_or_path=/some/folder"],
-             ("ref", "shared"): ["model.adapter.enabled=true"]}.get((group, option), [])
+             }.get((group, option), [])
     overrides = [f"{group}={option}", *extra] + (["model=tiny"] if group != "model" else [])
     raw = compose(*overrides)
     raw.out_dir = "."
