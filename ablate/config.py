@@ -148,6 +148,43 @@ class DPOConfig(AlgoConfig):
         _check(self.max_length >= 8, f"algo.max_length must be >= 8, got {self.max_length}")
 
 
+class KLControl(str, Enum):
+    fixed = "fixed"
+    adaptive = "adaptive"  # Ziegler et al. 2019
+
+
+class KLEstimator(str, Enum):
+    k3 = "k3"  # (e^l - 1) - l, unbiased and >= 0 (GRPO's)
+    k1 = "k1"  # -l, unbiased, negative on about half the tokens
+
+
+@dataclass
+class GRPOAlgoConfig(AlgoConfig):
+    name: str = "grpo"
+    beta: float = 0.04  # KL coefficient (per token); 0 = no reference term (TRL's default)
+    learning_rate: float = 1e-6
+    batch_size: int = 8  # completions per optimiser step (prompts per step = batch_size / num_generations)
+    num_generations: int = 4  # group size
+    temperature: float = 1.0
+    kl_estimator: KLEstimator = KLEstimator.k3
+    kl_control: KLControl = KLControl.fixed
+    kl_target: float = 0.05  # adaptive: target per-token KL
+    kl_horizon: int = 100  # adaptive: steps over which a clipped error of 0.2 changes beta by 20%
+    max_prompt_length: int = 128
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
+        _check(self.batch_size % self.num_generations == 0,
+               f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})")
+        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
+                                        f"{self.temperature}")
+        _check(self.kl_estimator == KLEstimator.k3,
+               "algo.kl_estimator=k1 is not available for GRPO: TRL's GRPO loss computes k3 (use algo=ppo for k1)")
+        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
+        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+
+
 # ------------------------------------------------------------------------------------------------- ref
 @dataclass
 class RefConfig:
@@ -215,6 +252,7 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="hf", node=HFModelConfig)
     cs.store(group="schema/task", name="sentiment", node=TaskConfig)
     cs.store(group="schema/algo", name="dpo", node=DPOConfig)
+    cs.store(group="schema/algo", name="grpo", node=GRPOAlgoConfig)
     cs.store(group="schema/logger", name="logger", node=LoggerConfig)
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
 

@@ -96,9 +96,12 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
                             precision=_pstr(cfg.model.precision))
     key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
                    settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
-    pairs, hit, entry = load_or_generate_pairs(root, key, load, tokenizer, prompts["train"], reward, settings)
-    extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
-    log.info("%d DPO pairs (%s)", len(pairs), "cache hit" if hit else "generated")
+    regime_cls = regime_class(cfg.ref.name)
+    pairs = None
+    if cfg.algo.name == "dpo" or regime_cls.needs_pairs:
+        pairs, hit, entry = load_or_generate_pairs(root, key, load, tokenizer, prompts["train"], reward, settings)
+        extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
+        log.info("%d preference pairs (%s)", len(pairs), "cache hit" if hit else "generated")
 
     policy = load()
     if cfg.model.adapter.enabled:
@@ -110,7 +113,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
                      tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
                      cache_root=str(root), precision=_pstr(cfg.model.precision))
-    reference = regime_class(cfg.ref.name)(cfg.ref, ctx)
+    reference = regime_cls(cfg.ref, ctx)
 
     trainer_box: dict[str, Any] = {}
     callback, do_eval = EvalCallbackFactory.build(
@@ -123,10 +126,22 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
 
         trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, pairs=pairs, reference=reference,
                                 callbacks=[callback], out_dir=Path(cfg.out_dir), device=device)
+    elif cfg.algo.name == "grpo":
+        from ablate.algos.grpo import build_trainer
+
+        if hasattr(reference, "prepare_from_pairs"):  # ref=cached: its fixed dataset is the preference pairs
+            reference.prepare_from_pairs(pairs)
+        trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
+                                reference=reference, callbacks=[callback], out_dir=Path(cfg.out_dir), device=device)
+        extra["kl_coef_final"] = None
     else:  # guarded by the config schema; listed here so a new algorithm fails loudly
         raise NotImplementedError(f"algo={cfg.algo.name}")
     trainer_box["trainer"] = trainer
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if hasattr(trainer, "kl_controller"):
+            extra["kl_coef_final"] = float(trainer.beta)
     state.steps = trainer.state.global_step
     if state.status == "finished" and (state.last_eval is None or state.last_eval.step != state.steps):
         do_eval(state.steps)

@@ -23,7 +23,9 @@ BAD = [
     (["model=tiny", "ref=shared", "model.adapter.enabled=false"], "ref=shared needs a LoRA policy"),
     (["model=tiny", "ref=ema", "model.adapter.enabled=true"], "ref=ema updates the reference from the policy"),
     (["ref=topk", "ref.k=0"], "ref.k must be >= 1"),
-    (["ref=cached", "ref.miss=sometimes"], "ref.miss must be skip, fallback or error"),
+    (["algo=grpo", "ref=cached", "ref.miss=error"], "ref=cached cannot score the fresh samples of algo=grpo"),
+    (["algo=grpo", "algo.kl_estimator=k1"], "algo.kl_estimator=k1 is not available for GRPO"),
+    (["ref=cached", "ref.miss=sometimes"], "ref.miss must be skip, fallback, error or auto"),
 ]
 
 

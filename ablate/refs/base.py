@@ -79,6 +79,8 @@ class Reference(ABC):
     supported_algos: ClassVar[tuple[str, ...]] = ("dpo", "ppo", "grpo")
     #: False for reference-free training: there is no reference term, and no approximate KL.
     has_reference: ClassVar[bool] = True
+    #: True when the regime is built from the preference pairs (cached, distilled), whatever the algorithm.
+    needs_pairs: ClassVar[bool] = False
 
     def __init__(self, cfg: "RefConfig", ctx: RefContext):
         self.cfg = cfg

@@ -37,11 +37,12 @@ VALUES, INDEX = "logps.safetensors", "index.json"
 @dataclass
 class CachedRefConfig(RefConfig):
     name: str = "cached"
-    miss: str = "error"  # skip | fallback | error
+    miss: str = "auto"  # skip | fallback | error | auto (error for DPO, skip for online algorithms)
     batch_size: int = 8  # precompute batch size (does not change the values)
 
     def __post_init__(self) -> None:
-        _check(self.miss in ("skip", "fallback", "error"), f"ref.miss must be skip, fallback or error, got {self.miss!r}")
+        _check(self.miss in ("skip", "fallback", "error", "auto"),
+               f"ref.miss must be skip, fallback, error or auto, got {self.miss!r}")
         _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
 
 
@@ -56,9 +57,21 @@ def row_key(batch: TokenBatch, i: int) -> str:
 @register("cached", CachedRefConfig)
 class CachedReference(Reference):
     wants_training_data = True
+    needs_pairs = True
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from ablate.errors import ConfigError
+
+        if cfg.algo.name != "dpo" and cfg.ref.miss == "error":  # auto picks skip there
+            raise ConfigError(f"ref=cached cannot score the fresh samples of algo={cfg.algo.name}: set "
+                              f"ref.miss=skip (no reference term for them) or ref.miss=fallback (a full copy)")
 
     def __init__(self, cfg: CachedRefConfig, ctx):
         super().__init__(cfg, ctx)
+        if cfg.miss == "auto":
+            algo = getattr(getattr(ctx.config, "algo", None), "name", "dpo")
+            self.cfg = cfg = CachedRefConfig(**{**vars(cfg), "miss": "error" if algo == "dpo" else "skip"})
         self.index: dict[str, int] | None = None
         self.values: torch.Tensor | None = None
         self.offsets: torch.Tensor | None = None
@@ -94,6 +107,30 @@ class CachedReference(Reference):
         self._cost.setup_s += time.perf_counter() - t0
         self._cost.cache_bytes = self.entry.nbytes()
         self._update_bytes()
+
+    def prepare_from_pairs(self, pairs) -> None:
+        """For online algorithms: cache the preference pairs' sequences (chat template applied), the fixed
+        dataset this regime can serve; freshly sampled responses then follow ``miss``."""
+        from ablate.models.sampling import chat_prompt_texts
+
+        tok = self.ctx.tokenizer
+        rows = []
+        for p in pairs or []:
+            prompt_ids = tok(chat_prompt_texts(tok, [p.prompt])[0], add_special_tokens=False)["input_ids"]
+            for response in (p.chosen, p.rejected):
+                resp_ids = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
+        batches = []
+        for i in range(0, len(rows), self.cfg.batch_size):
+            chunk = rows[i:i + self.cfg.batch_size]
+            width = max(len(r[0]) for r in chunk)
+            ids = torch.full((len(chunk), width), tok.pad_token_id)
+            att = torch.zeros((len(chunk), width), dtype=torch.long)
+            comp = torch.zeros((len(chunk), width), dtype=torch.long)
+            for j, (r, m) in enumerate(chunk):
+                ids[j, :len(r)], att[j, :len(r)], comp[j, :len(r)] = torch.tensor(r), 1, torch.tensor(m)
+            batches.append(TokenBatch(ids, att, comp))
+        self.prepare(batches)
 
     def _build(self, batches: list[TokenBatch], keys: list[str]) -> None:
         from safetensors.torch import save_file

@@ -252,7 +252,8 @@ def _precision(ctx: RefContext) -> str:
 class DistilledReference(ModelReference):
     """A layer-subset student of the SFT model, distilled on the SFT samples of the DPO pairs (cached)."""
 
-    supported_algos = ("dpo",)  # distils on the DPO pairs (RefContext.train_data)
+    needs_pairs = True
+
 
     def __init__(self, cfg: DistilledRefConfig, ctx: RefContext):
         if not ctx.train_data:

@@ -1,0 +1,125 @@
+"""GRPO through TRL's ``GRPOTrainer``, with the regime's reference.
+
+TRL has no ``ref_model`` argument for GRPO and loads its own copy whenever beta > 0. The subclass
+builds TRL with beta = 0 (so TRL loads nothing), then restores beta and installs a placeholder as
+``ref_model``; TRL's one call for reference log-probs, ``_get_per_token_logps_and_entropies(
+self.ref_model, ...)``, is answered by the regime. The KL coefficient can follow a controller
+(fixed or adaptive), updated from TRL's measured per-token KL after every logged step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ablate.algos.kl_control import make_controller
+from ablate.refs.base import Reference, TokenBatch
+
+
+class _RegimeRef(torch.nn.Module):
+    """Stands where TRL keeps its reference model; never called as a model."""
+
+
+def _grpo_trainer_cls():
+    from trl import GRPOTrainer
+
+    class RegimeGRPOTrainer(GRPOTrainer):
+        def __init__(self, *args, reference: Reference, beta: float, **kwargs):
+            self.reference = reference
+            super().__init__(*args, **kwargs)  # built with beta = 0: TRL loads no reference model
+            self.beta = beta
+            self.ref_model = _RegimeRef() if beta != 0.0 else None
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, *args, **kwargs):
+            if not isinstance(model, _RegimeRef):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
+            completion = torch.zeros_like(attention_mask)
+            completion[:, -logits_to_keep:] = attention_mask[:, -logits_to_keep:]
+            logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))
+            return logps[:, -logits_to_keep:], None, None
+
+    return RegimeGRPOTrainer
+
+
+def prompts_dataset(prompts: list[str]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in prompts])
+
+
+def gold_reward_fn(reward):
+    def gold(prompts, completions, **kwargs) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return reward(texts)
+
+    return gold
+
+
+def trl_args(cfg, out_dir: Path, device: torch.device):
+    from trl import GRPOConfig
+
+    algo = cfg.algo
+    return GRPOConfig(
+        output_dir=str(out_dir / "trainer"),
+        per_device_train_batch_size=algo.batch_size,
+        gradient_accumulation_steps=algo.grad_accum,
+        num_generations=algo.num_generations,
+        max_completion_length=cfg.task.max_new_tokens,
+        temperature=algo.temperature,
+        top_k=0,
+        top_p=1.0,
+        learning_rate=algo.learning_rate,
+        max_steps=algo.max_steps,
+        warmup_steps=algo.warmup_steps,
+        lr_scheduler_type=algo.lr_scheduler,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        beta=0.0,  # see RegimeGRPOTrainer: the real beta is set after TRL's init
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=device.type == "cpu",
+        bf16=str(getattr(cfg.model.precision, "value", cfg.model.precision)) == "bf16",
+        gradient_checkpointing=False,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+    )
+
+
+def kl_control_callback(controller):
+    """Updates the trainer's beta from TRL's logged per-token KL; listed first so the logs carry ``kl_coef``."""
+    from transformers import TrainerCallback
+
+    class _KLControl(TrainerCallback):
+        trainer = None
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            t = self.trainer
+            if t is None or not logs or t.beta == 0.0:
+                return
+            if "kl" in logs:
+                t.beta = controller.update(float(logs["kl"]), n_steps=args.logging_steps)
+            logs["kl_coef"] = t.beta
+
+    return _KLControl()
+
+
+def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, out_dir: Path,
+                  device: torch.device):
+    algo = cfg.algo
+    beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
+    controller = make_controller(str(getattr(algo.kl_control, "value", algo.kl_control)), beta, algo.kl_target,
+                                 algo.kl_horizon)
+    kl_cb = kl_control_callback(controller)
+    trainer = _grpo_trainer_cls()(model=policy, reward_funcs=[gold_reward_fn(reward)],
+                                  args=trl_args(cfg, out_dir, device), train_dataset=prompts_dataset(prompts),
+                                  processing_class=tokenizer, reference=reference, beta=beta,
+                                  callbacks=[kl_cb, *callbacks])
+    kl_cb.trainer = trainer
+    trainer.kl_controller = controller
+    return trainer
