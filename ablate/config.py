@@ -185,6 +185,41 @@ class GRPOAlgoConfig(AlgoConfig):
         _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
 
 
+@dataclass
+class PPOAlgoConfig(AlgoConfig):
+    name: str = "ppo"
+    beta: float = 0.05  # KL coefficient in the per-token reward
+    learning_rate: float = 1e-6
+    batch_size: int = 8  # rollouts (prompts, one response each) per step
+    minibatch_size: int = 4
+    ppo_epochs: int = 2  # passes over each batch of rollouts
+    cliprange: float = 0.2
+    cliprange_value: float = 0.2
+    vf_coef: float = 0.1
+    gamma: float = 1.0
+    lam: float = 0.95
+    whiten_advantages: bool = True
+    temperature: float = 1.0
+    kl_estimator: KLEstimator = KLEstimator.k1
+    kl_control: KLControl = KLControl.fixed
+    kl_target: float = 6.0  # adaptive: target KL per sequence (nats), as in Ziegler et al. 2019
+    kl_horizon: int = 100
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(1 <= self.minibatch_size <= self.batch_size,
+               f"algo.minibatch_size must be in [1, algo.batch_size={self.batch_size}], got {self.minibatch_size}")
+        _check(self.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        _check(0 < self.cliprange < 1, f"algo.cliprange must be in (0, 1), got {self.cliprange}")
+        _check(self.cliprange_value > 0, f"algo.cliprange_value must be > 0, got {self.cliprange_value}")
+        _check(self.vf_coef >= 0, f"algo.vf_coef must be >= 0, got {self.vf_coef}")
+        _check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, f"algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
+        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
+                                        f"{self.temperature}")
+        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
+        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+
+
 # ------------------------------------------------------------------------------------------------- ref
 @dataclass
 class RefConfig:
@@ -253,6 +288,7 @@ def register_configs() -> None:
     cs.store(group="schema/task", name="sentiment", node=TaskConfig)
     cs.store(group="schema/algo", name="dpo", node=DPOConfig)
     cs.store(group="schema/algo", name="grpo", node=GRPOAlgoConfig)
+    cs.store(group="schema/algo", name="ppo", node=PPOAlgoConfig)
     cs.store(group="schema/logger", name="logger", node=LoggerConfig)
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
 

@@ -133,7 +133,13 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
             reference.prepare_from_pairs(pairs)
         trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
                                 reference=reference, callbacks=[callback], out_dir=Path(cfg.out_dir), device=device)
-        extra["kl_coef_final"] = None
+    elif cfg.algo.name == "ppo":
+        from ablate.algos.ppo import build_trainer
+
+        if hasattr(reference, "prepare_from_pairs"):
+            reference.prepare_from_pairs(pairs)
+        trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
+                                reference=reference, callbacks=[callback], device=device)
     else:  # guarded by the config schema; listed here so a new algorithm fails loudly
         raise NotImplementedError(f"algo={cfg.algo.name}")
     trainer_box["trainer"] = trainer

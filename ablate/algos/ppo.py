@@ -1,0 +1,166 @@
+"""PPO for RLHF, written here: TRL removed its PPO trainer in 1.13.
+
+One step: sample one response per prompt from the policy, score it, compute the old log-probs and
+values (policy + a linear value head on its last hidden state) and the regime's reference log-probs;
+per-token reward = -beta * KL estimate (k1 or k3), plus the score on the last token; GAE; whitened
+advantages; then ``ppo_epochs`` passes of clipped policy and value losses over minibatches. The KL
+coefficient follows a fixed or adaptive controller (Ziegler et al. 2019) on the measured sequence KL.
+
+The loop drives the same ``transformers.TrainerCallback`` objects the TRL trainers use, so evaluation,
+reference updates and logging are shared with DPO and GRPO. The arithmetic is in ``ppo_math``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from ablate.algos.kl_control import make_controller
+from ablate.algos.ppo_math import gae, kl_penalty, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
+from ablate.models.precision import autocast
+from ablate.models.sampling import SampledBatch, sample
+from ablate.refs.base import Reference, TokenBatch
+
+
+def _v(x) -> str:
+    return str(getattr(x, "value", x))
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar value per position from the policy's last hidden state."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.normal_(self.proj.weight, std=1.0 / math.sqrt(hidden_size + 1))
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden.float()).squeeze(-1)
+
+
+class PPOTrainer:
+    def __init__(self, cfg, *, policy, tokenizer, prompts: list[str],
+                 score_fn: Callable[[SampledBatch], list[float]], reference: Reference, callbacks, device: torch.device):
+        from transformers import TrainerControl, TrainerState
+
+        self.cfg, self.algo = cfg, cfg.algo
+        self.model, self.tok, self.prompts = policy, tokenizer, prompts
+        self.score_fn, self.reference, self.callbacks, self.device = score_fn, reference, list(callbacks), device
+        self.precision = _v(cfg.model.precision)
+        self.value_head = ValueHead(policy.config.hidden_size).to(device)
+        params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=self.algo.learning_rate, weight_decay=self.algo.weight_decay)
+        self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
+        self.kl_controller = make_controller(_v(self.algo.kl_control), self.beta, self.algo.kl_target,
+                                             self.algo.kl_horizon)
+        self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
+        self.control = TrainerControl()
+        self.args = SimpleNamespace(logging_steps=1, output_dir=str(cfg.out_dir))
+        g = torch.Generator().manual_seed(cfg.seed)
+        self._order = torch.randperm(len(prompts), generator=g).tolist()
+
+    # ------------------------------------------------------------------------------ pieces
+    def _prompts_for(self, step: int) -> list[str]:
+        n = self.algo.batch_size
+        start = (step - 1) * n
+        return [self.prompts[self._order[(start + i) % len(self._order)]] for i in range(n)]
+
+    def _forward(self, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy log-probs of the sampled tokens and values, both [B, T-1]."""
+        with autocast(self.device, self.precision):
+            out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                             output_hidden_states=True, use_cache=False)
+        logp = torch.log_softmax(out.logits[:, :-1].float(), -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+        values = self.value_head(out.hidden_states[-1][:, :-1])
+        return logp, values
+
+    @torch.no_grad()
+    def rollout(self, step: int) -> dict:
+        (sb,) = sample(self.model, self.tok, self._prompts_for(step), max_new_tokens=self.cfg.task.max_new_tokens,
+                       temperature=self.algo.temperature, batch_size=self.algo.batch_size,
+                       seed=self.cfg.seed * 1_000_003 + step, precision=self.precision)
+        batch = sb.batch.to(self.device)
+        mask = batch.target_mask.float()
+        scores = torch.tensor(self.score_fn(sb), dtype=torch.float32, device=self.device)
+        self.model.eval()
+        old_logp, old_values = self._forward(batch)
+        self.model.train()
+        if self.reference.has_reference:
+            ref_logp = self.reference.logprobs(batch).to(old_logp.dtype)
+        else:
+            ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
+        kl = kl_penalty(old_logp, ref_logp, _v(self.algo.kl_estimator)) * mask
+        rewards = token_rewards(scores, kl, self.beta, mask)
+        adv, returns = gae(rewards, old_values, mask, self.algo.gamma, self.algo.lam)
+        if self.algo.whiten_advantages:
+            adv = masked_whiten(adv, mask)
+        return dict(batch=batch, mask=mask, old_logp=old_logp, old_values=old_values, adv=adv, returns=returns,
+                    scores=scores, kl_seq=(kl.sum(1)), lengths=sb.lengths)
+
+    def optimise(self, data: dict) -> dict[str, float]:
+        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "vf_loss": [], "clipfrac": [], "vf_clipfrac": []}
+        n = data["batch"].input_ids.shape[0]
+        g = torch.Generator().manual_seed(self.cfg.seed + self.state.global_step)
+        for _ in range(self.algo.ppo_epochs):
+            perm = torch.randperm(n, generator=g)
+            for start in range(0, n, self.algo.minibatch_size):
+                idx = perm[start:start + self.algo.minibatch_size].to(self.device)
+                b = data["batch"]
+                mb = TokenBatch(b.input_ids[idx], b.attention_mask[idx], b.completion_mask[idx])
+                logp, values = self._forward(mb)
+                m = data["mask"][idx]
+                pg, clipfrac = policy_loss(logp, data["old_logp"][idx], data["adv"][idx], m, self.algo.cliprange)
+                vf, vf_clipfrac = value_loss(values, data["old_values"][idx], data["returns"][idx], m,
+                                             self.algo.cliprange_value)
+                loss = pg + self.algo.vf_coef * vf
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_([p for grp in self.optimizer.param_groups for p in grp["params"]],
+                                               self.algo.max_grad_norm)
+                self.optimizer.step()
+                for k, v in (("loss", loss), ("pg_loss", pg), ("vf_loss", vf), ("clipfrac", clipfrac),
+                             ("vf_clipfrac", vf_clipfrac)):
+                    stats[k].append(float(v.detach()))
+        return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    # -------------------------------------------------------------------------------- loop
+    def _call(self, event: str, **kw) -> None:
+        for cb in self.callbacks:
+            getattr(cb, event)(self.args, self.state, self.control, **kw)
+
+    def train(self) -> None:
+        self.model.train()
+        self._call("on_train_begin")
+        for step in tqdm(range(1, self.algo.max_steps + 1), desc="ppo", unit="step"):
+            data = self.rollout(step)
+            stats = self.optimise(data)
+            self.state.global_step = step
+            kl = float(data["kl_seq"].mean())
+            logs = {**stats, "reward": float(data["scores"].mean()), "kl": kl, "kl_coef": self.beta,
+                    "length": sum(data["lengths"]) / len(data["lengths"]),
+                    "advantage_mean": float(masked_mean(data["adv"], data["mask"]))}
+            if self.beta != 0.0:
+                self.beta = self.kl_controller.update(kl)
+            self._call("on_step_end")
+            self._call("on_log", logs=logs)
+            if self.control.should_training_stop:
+                break
+        self._call("on_train_end")
+
+    def save_model(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        from safetensors.torch import save_file
+
+        save_file(self.value_head.state_dict(), str(Path(path) / "value_head.safetensors"))
+
+
+def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device):
+    return PPOTrainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts,
+                      score_fn=lambda sb: reward(sb.texts), reference=reference, callbacks=callbacks, device=device)
