@@ -159,17 +159,55 @@ class KLEstimator(str, Enum):
 
 
 @dataclass
-class GRPOAlgoConfig(AlgoConfig):
+class RewardModelConfig:
+    """A small reward model (the policy's architecture with a scalar head) trained with TRL's RewardTrainer on
+    the gold-labelled SFT pairs: the proxy an online policy can exploit."""
+
+    epochs: int = 2
+    learning_rate: float = 1e-5
+    batch_size: int = 8
+    max_length: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.epochs >= 1, f"algo.reward_model.epochs must be >= 1, got {self.epochs}")
+        _check(0 < self.learning_rate < 1, f"algo.reward_model.learning_rate must be in (0, 1), got {self.learning_rate}")
+        _check(self.batch_size >= 1, f"algo.reward_model.batch_size must be >= 1, got {self.batch_size}")
+
+
+class RewardSource(str, Enum):
+    gold = "gold"  # VADER directly
+    learned = "learned"  # a reward model trained on gold-labelled pairs (evaluation still uses gold)
+
+
+@dataclass
+class OnlineAlgoConfig(AlgoConfig):
+    """What PPO and GRPO share: sampling, the KL term and its control, and the training reward."""
+
+    temperature: float = 1.0
+    kl_estimator: KLEstimator = KLEstimator.k3
+    kl_control: KLControl = KLControl.fixed
+    kl_target: float = 0.05
+    kl_horizon: int = 100  # adaptive: steps over which a clipped error of 0.2 changes beta by 20%
+    reward: RewardSource = RewardSource.gold
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
+                                        f"{self.temperature}")
+        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
+        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+
+
+@dataclass
+class GRPOAlgoConfig(OnlineAlgoConfig):
     name: str = "grpo"
     beta: float = 0.04  # KL coefficient (per token); 0 = no reference term (TRL's default)
     learning_rate: float = 1e-6
     batch_size: int = 8  # completions per optimiser step (prompts per step = batch_size / num_generations)
     num_generations: int = 4  # group size
-    temperature: float = 1.0
-    kl_estimator: KLEstimator = KLEstimator.k3
-    kl_control: KLControl = KLControl.fixed
     kl_target: float = 0.05  # adaptive: target per-token KL
-    kl_horizon: int = 100  # adaptive: steps over which a clipped error of 0.2 changes beta by 20%
     max_prompt_length: int = 128
 
     def __post_init__(self) -> None:
@@ -177,16 +215,12 @@ class GRPOAlgoConfig(AlgoConfig):
         _check(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
         _check(self.batch_size % self.num_generations == 0,
                f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})")
-        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
-                                        f"{self.temperature}")
         _check(self.kl_estimator == KLEstimator.k3,
                "algo.kl_estimator=k1 is not available for GRPO: TRL's GRPO loss computes k3 (use algo=ppo for k1)")
-        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
-        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
 
 
 @dataclass
-class PPOAlgoConfig(AlgoConfig):
+class PPOAlgoConfig(OnlineAlgoConfig):
     name: str = "ppo"
     beta: float = 0.05  # KL coefficient in the per-token reward
     learning_rate: float = 1e-6
@@ -199,11 +233,8 @@ class PPOAlgoConfig(AlgoConfig):
     gamma: float = 1.0
     lam: float = 0.95
     whiten_advantages: bool = True
-    temperature: float = 1.0
     kl_estimator: KLEstimator = KLEstimator.k1
-    kl_control: KLControl = KLControl.fixed
     kl_target: float = 6.0  # adaptive: target KL per sequence (nats), as in Ziegler et al. 2019
-    kl_horizon: int = 100
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -213,11 +244,7 @@ class PPOAlgoConfig(AlgoConfig):
         _check(0 < self.cliprange < 1, f"algo.cliprange must be in (0, 1), got {self.cliprange}")
         _check(self.cliprange_value > 0, f"algo.cliprange_value must be > 0, got {self.cliprange_value}")
         _check(self.vf_coef >= 0, f"algo.vf_coef must be >= 0, got {self.vf_coef}")
-        _check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, f"algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
-        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
-                                        f"{self.temperature}")
-        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
-        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+        _check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, "algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
 
 
 # ------------------------------------------------------------------------------------------------- ref

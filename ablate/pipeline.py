@@ -98,10 +98,20 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
                    settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
     regime_cls = regime_class(cfg.ref.name)
     pairs = None
-    if cfg.algo.name == "dpo" or regime_cls.needs_pairs:
+    learned = str(getattr(getattr(cfg.algo, "reward", "gold"), "value", getattr(cfg.algo, "reward", "gold"))) == "learned"
+    if cfg.algo.name == "dpo" or regime_cls.needs_pairs or learned:
         pairs, hit, entry = load_or_generate_pairs(root, key, load, tokenizer, prompts["train"], reward, settings)
         extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
         log.info("%d preference pairs (%s)", len(pairs), "cache hit" if hit else "generated")
+
+    proxy = None
+    if learned:
+        from ablate.tasks.reward_model import train_or_load
+
+        proxy = train_or_load(source=source, tokenizer=tokenizer, pairs=pairs, cfg=cfg.algo.reward_model,
+                              cache_root=root, device=device, precision=_pstr(cfg.model.precision),
+                              tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+        extra.update({f"reward_model_{k}": v for k, v in proxy.meta.items()})
 
     policy = load()
     if cfg.model.adapter.enabled:
@@ -109,7 +119,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     judge = load()
     evaluator = Evaluator(judge=judge, tokenizer=tokenizer, prompts=prompts["eval"], heldout=heldout_texts(),
                           reward=reward, safety=safety, eval_cfg=cfg.eval, task_cfg=task,
-                          precision=cfg.model.precision, device=device)
+                          precision=cfg.model.precision, device=device, proxy=proxy)
     ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
                      tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
                      cache_root=str(root), precision=_pstr(cfg.model.precision))
@@ -132,22 +142,23 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         if hasattr(reference, "prepare_from_pairs"):  # ref=cached: its fixed dataset is the preference pairs
             reference.prepare_from_pairs(pairs)
         trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
-                                reference=reference, callbacks=[callback], out_dir=Path(cfg.out_dir), device=device)
+                                reference=reference, callbacks=[callback], out_dir=Path(cfg.out_dir), device=device,
+                                proxy=proxy)
     elif cfg.algo.name == "ppo":
         from ablate.algos.ppo import build_trainer
 
         if hasattr(reference, "prepare_from_pairs"):
             reference.prepare_from_pairs(pairs)
         trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
-                                reference=reference, callbacks=[callback], device=device)
+                                reference=reference, callbacks=[callback], device=device, proxy=proxy)
     else:  # guarded by the config schema; listed here so a new algorithm fails loudly
         raise NotImplementedError(f"algo={cfg.algo.name}")
     trainer_box["trainer"] = trainer
     try:
         trainer.train()
     finally:
-        if hasattr(trainer, "kl_controller"):
-            extra["kl_coef_final"] = float(trainer.beta)
+        # the KL coefficient at the end: the controller's for PPO/GRPO, the fixed beta for DPO
+        extra["kl_coef_final"] = float(trainer.beta)
     state.steps = trainer.state.global_step
     if state.status == "finished" and (state.last_eval is None or state.last_eval.step != state.steps):
         do_eval(state.steps)

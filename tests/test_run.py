@@ -57,3 +57,22 @@ def test_bf16_policy_and_reference_agree_at_step_0(tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     first = next(r for r in rows if "train/rewards/chosen" in r)
     assert first["train/rewards/chosen"] == 0.0 and first["train/rewards/rejected"] == 0.0
+
+
+def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
+    """PPO and GRPO train on the proxy reward model; gold is logged alongside and used for evaluation."""
+    for algo in ("ppo", "grpo"):
+        run_dir = tmp_path / algo
+        res = run_cli(*TINY_FAST, f"algo={algo}", "algo.batch_size=4", "algo.reward=learned",
+                      "algo.reward_model.epochs=1", "algo.max_steps=2", "eval.interval=0",
+                      *(["algo.num_generations=2"] if algo == "grpo" else ["algo.minibatch_size=2"]),
+                      f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        s = json.loads((run_dir / "summary.json").read_text())
+        assert s["status"] == "finished" and s["steps"] == 2
+        assert not math.isnan(s["reward_proxy"]) and not math.isnan(s["reward_gold"])
+        assert s["kl_coef_final"] > 0 and s["reward_model_n_pairs"] > 0
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        keys = set().union(*rows)
+        gold_key = "train/reward_gold" if algo == "ppo" else "train/rewards/gold/mean"
+        assert gold_key in keys, sorted(keys)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ablate.refs.base import Reference, TokenBatch
+from ablate.tasks.pairs import pairs_dataset
 
 
 def _dpo_trainer_cls():
@@ -50,18 +51,6 @@ def _dpo_trainer_cls():
             return (out[0] + extra, out[1]) if return_outputs else out + extra
 
     return RegimeDPOTrainer
-
-
-def pairs_dataset(pairs):
-    """TRL's conversational preference format."""
-    from datasets import Dataset
-
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": p.prompt}],
-         "chosen": [{"role": "assistant", "content": p.chosen}],
-         "rejected": [{"role": "assistant", "content": p.rejected}]}
-        for p in pairs
-    ])
 
 
 def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | None = None):

@@ -50,15 +50,29 @@ def prompts_dataset(prompts: list[str]):
     return Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in prompts])
 
 
+def _texts(completions) -> list[str]:
+    return [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+
+
+def _user_prompts(prompts) -> list[str]:
+    return [p[-1]["content"] if isinstance(p, list) else p for p in prompts]
+
+
 def gold_reward_fn(reward):
     def gold(prompts, completions, **kwargs) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return reward(texts)
+        return reward(_texts(completions))
 
     return gold
 
 
-def trl_args(cfg, out_dir: Path, device: torch.device):
+def proxy_reward_fn(proxy):
+    def proxy_rm(prompts, completions, **kwargs) -> list[float]:
+        return proxy(_texts(completions), _user_prompts(prompts))
+
+    return proxy_rm
+
+
+def trl_args(cfg, out_dir: Path, device: torch.device, reward_weights: list[float] | None = None):
     from trl import GRPOConfig
 
     algo = cfg.algo
@@ -78,6 +92,7 @@ def trl_args(cfg, out_dir: Path, device: torch.device):
         weight_decay=algo.weight_decay,
         max_grad_norm=algo.max_grad_norm,
         beta=0.0,  # see RegimeGRPOTrainer: the real beta is set after TRL's init
+        reward_weights=reward_weights,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -110,14 +125,19 @@ def kl_control_callback(controller):
 
 
 def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, out_dir: Path,
-                  device: torch.device):
+                  device: torch.device, proxy=None):
+    """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0."""
     algo = cfg.algo
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
     controller = make_controller(str(getattr(algo.kl_control, "value", algo.kl_control)), beta, algo.kl_target,
                                  algo.kl_horizon)
     kl_cb = kl_control_callback(controller)
-    trainer = _grpo_trainer_cls()(model=policy, reward_funcs=[gold_reward_fn(reward)],
-                                  args=trl_args(cfg, out_dir, device), train_dataset=prompts_dataset(prompts),
+    if proxy is None:
+        funcs, weights = [gold_reward_fn(reward)], None
+    else:
+        funcs, weights = [proxy_reward_fn(proxy), gold_reward_fn(reward)], [1.0, 0.0]
+    trainer = _grpo_trainer_cls()(model=policy, reward_funcs=funcs,
+                                  args=trl_args(cfg, out_dir, device, weights), train_dataset=prompts_dataset(prompts),
                                   processing_class=tokenizer, reference=reference, beta=beta,
                                   callbacks=[kl_cb, *callbacks])
     kl_cb.trainer = trainer

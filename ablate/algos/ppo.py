@@ -46,12 +46,14 @@ class ValueHead(torch.nn.Module):
 
 class PPOTrainer:
     def __init__(self, cfg, *, policy, tokenizer, prompts: list[str],
-                 score_fn: Callable[[SampledBatch], list[float]], reference: Reference, callbacks, device: torch.device):
+                 score_fn: Callable[[SampledBatch], list[float]], reference: Reference, callbacks, device: torch.device,
+                 gold_fn: Callable[[SampledBatch], list[float]] | None = None):
         from transformers import TrainerControl, TrainerState
 
         self.cfg, self.algo = cfg, cfg.algo
         self.model, self.tok, self.prompts = policy, tokenizer, prompts
         self.score_fn, self.reference, self.callbacks, self.device = score_fn, reference, list(callbacks), device
+        self.gold_fn = gold_fn  # with a learned (proxy) score_fn: the gold reward, logged alongside
         self.precision = _v(cfg.model.precision)
         self.value_head = ValueHead(policy.config.hidden_size).to(device)
         params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
@@ -100,8 +102,9 @@ class PPOTrainer:
         adv, returns = gae(rewards, old_values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
             adv = masked_whiten(adv, mask)
+        gold = self.gold_fn(sb) if self.gold_fn is not None else None
         return dict(batch=batch, mask=mask, old_logp=old_logp, old_values=old_values, adv=adv, returns=returns,
-                    scores=scores, kl_seq=(kl.sum(1)), lengths=sb.lengths)
+                    scores=scores, kl_seq=(kl.sum(1)), lengths=sb.lengths, gold=gold)
 
     def optimise(self, data: dict) -> dict[str, float]:
         stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "vf_loss": [], "clipfrac": [], "vf_clipfrac": []}
@@ -145,6 +148,8 @@ class PPOTrainer:
             logs = {**stats, "reward": float(data["scores"].mean()), "kl": kl, "kl_coef": self.beta,
                     "length": sum(data["lengths"]) / len(data["lengths"]),
                     "advantage_mean": float(masked_mean(data["adv"], data["mask"]))}
+            if data["gold"] is not None:
+                logs["reward_gold"] = sum(data["gold"]) / len(data["gold"])
             if self.beta != 0.0:
                 self.beta = self.kl_controller.update(kl)
             self._call("on_step_end")
@@ -161,6 +166,12 @@ class PPOTrainer:
         save_file(self.value_head.state_dict(), str(Path(path) / "value_head.safetensors"))
 
 
-def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device):
+def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device, proxy=None):
+    """``proxy``: a learned reward to train on; the gold reward is then logged alongside as ``reward_gold``."""
+    gold = lambda sb: reward(sb.texts)  # noqa: E731
+    if proxy is None:
+        return PPOTrainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts, score_fn=gold,
+                          reference=reference, callbacks=callbacks, device=device)
     return PPOTrainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts,
-                      score_fn=lambda sb: reward(sb.texts), reference=reference, callbacks=callbacks, device=device)
+                      score_fn=lambda sb: proxy(sb.texts, sb.prompts), reference=reference, callbacks=callbacks,
+                      device=device, gold_fn=gold)

@@ -34,7 +34,7 @@ def _pstr(p) -> str:
 
 class Evaluator:
     def __init__(self, *, judge: torch.nn.Module, tokenizer, prompts: list[str], heldout: list[str], reward, safety,
-                 eval_cfg, task_cfg, precision, device: torch.device):
+                 eval_cfg, task_cfg, precision, device: torch.device, proxy=None):
         self.judge = freeze(judge)
         self.tok = tokenizer
         self.prompts = prompts
@@ -47,6 +47,7 @@ class Evaluator:
         self.scoring = _pstr(eval_cfg.scoring_precision)
         self.device = device
         self._sft: dict | None = None
+        self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
 
     # ------------------------------------------------------------------------------------ sampling
     def _sample(self, model, seed: int, desc: str) -> list[SampledBatch]:
@@ -144,6 +145,11 @@ class Evaluator:
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
         wr = mm.win_rate(rewards, sft["rewards"])
+        if self.proxy is not None:
+            proxy_mean = mm.mean(self.proxy(texts, self.prompts))
+        else:
+            proxy_mean = float("nan")
+            reasons["reward_proxy"] = "the run trains on the gold reward (no learned reward model)"
         kl_true = mm.mean(per_sample["kl"])
         kl_approx = mm.mean(per_sample["kl_approx"]) if approx_ok else float("nan")
         abs_err = abs(kl_approx - kl_true)
@@ -159,6 +165,7 @@ class Evaluator:
         metrics = {
             "eval/win_rate": wr["win_rate"], "eval/win_rate_lo": wr["win_rate_lo"], "eval/win_rate_hi": wr["win_rate_hi"],
             "eval/reward_gold": mm.mean(rewards), "eval/reward_gold_sft": mm.mean(sft["rewards"]),
+            "eval/reward_proxy": proxy_mean,
             "eval/ppl": ppl, "eval/length": mm.mean(per_sample["len"]),
             "eval/rep_2": mm.mean_rep_n(texts, 2), "eval/distinct_2": mm.distinct_n(texts, 2),
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),

@@ -98,3 +98,15 @@ def load_or_generate_pairs(cache_root: Path, key: dict, make_model, tokenizer, p
             for p in pairs:
                 f.write(json.dumps(asdict(p)) + "\n")
     return pairs, False, entry
+
+
+def pairs_dataset(pairs):
+    """TRL's conversational preference format."""
+    from datasets import Dataset
+
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": p.prompt}],
+         "chosen": [{"role": "assistant", "content": p.chosen}],
+         "rejected": [{"role": "assistant", "content": p.rejected}]}
+        for p in pairs
+    ])

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from ablate.algos.dpo import _dpo_trainer_cls, pairs_dataset
+from ablate.algos.dpo import _dpo_trainer_cls
+from ablate.tasks.pairs import pairs_dataset
 from ablate.models.loading import load_model
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.pairs import Pair
