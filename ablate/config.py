@@ -24,6 +24,11 @@ class Precision(str, Enum):
     fp32 = "fp32"
 
 
+def value_of(x) -> str:
+    """The plain string of a config choice, whether OmegaConf gave an Enum member or a string."""
+    return str(getattr(x, "value", x))
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)

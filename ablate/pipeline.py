@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ablate.config import value_of
 import logging
 import math
 from pathlib import Path
@@ -13,10 +14,6 @@ from ablate.config import Config
 from ablate.paths import cache_root
 
 log = logging.getLogger(__name__)
-
-
-def _pstr(p) -> str:
-    return str(getattr(p, "value", p))
 
 
 class EvalCallbackFactory:
@@ -93,12 +90,12 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
 
     settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
                             temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
-                            precision=_pstr(cfg.model.precision))
+                            precision=value_of(cfg.model.precision))
     key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
                    settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
     regime_cls = regime_class(cfg.ref.name)
     pairs = None
-    learned = str(getattr(getattr(cfg.algo, "reward", "gold"), "value", getattr(cfg.algo, "reward", "gold"))) == "learned"
+    learned = value_of(getattr(cfg.algo, "reward", "gold")) == "learned"
     if cfg.algo.name == "dpo" or regime_cls.needs_pairs or learned:
         pairs, hit, entry = load_or_generate_pairs(root, key, load, tokenizer, prompts["train"], reward, settings)
         extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
@@ -109,7 +106,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         from ablate.tasks.reward_model import train_or_load
 
         proxy = train_or_load(source=source, tokenizer=tokenizer, pairs=pairs, cfg=cfg.algo.reward_model,
-                              cache_root=root, device=device, precision=_pstr(cfg.model.precision),
+                              cache_root=root, device=device, precision=value_of(cfg.model.precision),
                               tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
         extra.update({f"reward_model_{k}": v for k, v in proxy.meta.items()})
 
@@ -122,7 +119,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
                           precision=cfg.model.precision, device=device, proxy=proxy)
     ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
                      tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
-                     cache_root=str(root), precision=_pstr(cfg.model.precision))
+                     cache_root=str(root), precision=value_of(cfg.model.precision))
     reference = regime_cls(cfg.ref, ctx)
 
     trainer_box: dict[str, Any] = {}

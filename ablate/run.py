@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config import Config, validate
+from ablate.config import Config, validate, value_of
 from ablate.tracking.run_dir import RunFolder, to_python
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,11 @@ def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None, str]:
 def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
     from ablate.tracking.wandb_logger import NullLogger, WandbLogger, flatten_config
 
-    if cfg.logger.name == "none" or str(getattr(cfg.logger.mode, "value", cfg.logger.mode)) == "disabled":
+    if cfg.logger.name == "none" or value_of(cfg.logger.mode) == "disabled":
         return NullLogger()
     group, name, _ = _job_identity(raw)
     return WandbLogger(
-        project=cfg.logger.project, mode=str(getattr(cfg.logger.mode, "value", cfg.logger.mode)),
+        project=cfg.logger.project, mode=value_of(cfg.logger.mode),
         group=cfg.logger.group or group, job_type=cfg.algo.name, name=name or out_dir.name,
         tags=[f"ref={cfg.ref.name}", f"algo={cfg.algo.name}", f"seed={cfg.seed}", f"model={cfg.model.name}",
               *cfg.logger.tags],

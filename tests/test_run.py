@@ -76,3 +76,14 @@ def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
         keys = set().union(*rows)
         gold_key = "train/reward_gold" if algo == "ppo" else "train/rewards/gold/mean"
         assert gold_key in keys, sorted(keys)
+
+
+def test_hf_model_from_a_local_folder(tmp_path, tiny_source):
+    """model=hf takes any local folder (a hub id works the same way where a hub is reachable)."""
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY_FAST if a != "model=tiny"]
+    res = run_cli("model=hf", f"model.name_or_path={tiny_source.path}", "model.precision=fp32", *args,
+                  "algo.max_steps=1", "eval.interval=0", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "finished" and s["model"] == "hf" and s["kl_true_step0"] == 0.0

@@ -9,6 +9,8 @@ is precomputed.
 
 from __future__ import annotations
 
+from ablate.algos.trl_common import common_args
+from ablate.config import value_of
 from pathlib import Path
 
 import torch
@@ -58,36 +60,18 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | No
     from trl import DPOConfig
 
     algo = cfg.algo
-    loss_types = [str(getattr(algo.loss_type, "value", algo.loss_type))]
+    loss_types = [value_of(algo.loss_type)]
     loss_weights = None
     if reference is not None and hasattr(reference, "dpo_loss_types"):  # ref=none: SimPO, SFT replay
         loss_types, loss_weights = reference.dpo_loss_types(loss_types[0])
     return DPOConfig(
-        output_dir=str(out_dir / "trainer"),
-        per_device_train_batch_size=algo.batch_size,
-        gradient_accumulation_steps=algo.grad_accum,
-        learning_rate=algo.learning_rate,
-        max_steps=algo.max_steps,
-        warmup_steps=algo.warmup_steps,
-        lr_scheduler_type=algo.lr_scheduler,
-        weight_decay=algo.weight_decay,
-        max_grad_norm=algo.max_grad_norm,
+        **common_args(cfg, out_dir, device),
         beta=algo.beta,
         loss_type=loss_types,
         loss_weights=loss_weights,
         max_length=algo.max_length,
         truncation_mode="keep_start",
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=device.type == "cpu",
-        bf16=str(getattr(cfg.model.precision, "value", cfg.model.precision)) == "bf16",
-        gradient_checkpointing=False,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
         precompute_ref_log_probs=True,  # TRL loads no reference of its own; the regime provides it
-        disable_dropout=True,
-        dataloader_num_workers=0,
         remove_unused_columns=True,
     )
 

@@ -9,6 +9,8 @@ self.ref_model, ...)``, is answered by the regime. The KL coefficient can follow
 
 from __future__ import annotations
 
+from ablate.algos.trl_common import common_args
+from ablate.config import value_of
 from pathlib import Path
 
 import torch
@@ -77,32 +79,14 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reward_weights: list[floa
 
     algo = cfg.algo
     return GRPOConfig(
-        output_dir=str(out_dir / "trainer"),
-        per_device_train_batch_size=algo.batch_size,
-        gradient_accumulation_steps=algo.grad_accum,
+        **common_args(cfg, out_dir, device),
         num_generations=algo.num_generations,
         max_completion_length=cfg.task.max_new_tokens,
         temperature=algo.temperature,
         top_k=0,
         top_p=1.0,
-        learning_rate=algo.learning_rate,
-        max_steps=algo.max_steps,
-        warmup_steps=algo.warmup_steps,
-        lr_scheduler_type=algo.lr_scheduler,
-        weight_decay=algo.weight_decay,
-        max_grad_norm=algo.max_grad_norm,
         beta=0.0,  # see RegimeGRPOTrainer: the real beta is set after TRL's init
         reward_weights=reward_weights,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=device.type == "cpu",
-        bf16=str(getattr(cfg.model.precision, "value", cfg.model.precision)) == "bf16",
-        gradient_checkpointing=False,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        disable_dropout=True,
-        dataloader_num_workers=0,
     )
 
 
@@ -129,7 +113,7 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0."""
     algo = cfg.algo
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
-    controller = make_controller(str(getattr(algo.kl_control, "value", algo.kl_control)), beta, algo.kl_target,
+    controller = make_controller(value_of(algo.kl_control), beta, algo.kl_target,
                                  algo.kl_horizon)
     kl_cb = kl_control_callback(controller)
     if proxy is None:

@@ -12,6 +12,7 @@ reference updates and logging are shared with DPO and GRPO. The arithmetic is in
 
 from __future__ import annotations
 
+from ablate.config import value_of
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,10 +26,6 @@ from ablate.algos.ppo_math import gae, kl_penalty, masked_mean, masked_whiten, p
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch
-
-
-def _v(x) -> str:
-    return str(getattr(x, "value", x))
 
 
 class ValueHead(torch.nn.Module):
@@ -54,12 +51,12 @@ class PPOTrainer:
         self.model, self.tok, self.prompts = policy, tokenizer, prompts
         self.score_fn, self.reference, self.callbacks, self.device = score_fn, reference, list(callbacks), device
         self.gold_fn = gold_fn  # with a learned (proxy) score_fn: the gold reward, logged alongside
-        self.precision = _v(cfg.model.precision)
+        self.precision = value_of(cfg.model.precision)
         self.value_head = ValueHead(policy.config.hidden_size).to(device)
         params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=self.algo.learning_rate, weight_decay=self.algo.weight_decay)
         self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
-        self.kl_controller = make_controller(_v(self.algo.kl_control), self.beta, self.algo.kl_target,
+        self.kl_controller = make_controller(value_of(self.algo.kl_control), self.beta, self.algo.kl_target,
                                              self.algo.kl_horizon)
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
@@ -97,7 +94,7 @@ class PPOTrainer:
             ref_logp = self.reference.logprobs(batch).to(old_logp.dtype)
         else:
             ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
-        kl = kl_penalty(old_logp, ref_logp, _v(self.algo.kl_estimator)) * mask
+        kl = kl_penalty(old_logp, ref_logp, value_of(self.algo.kl_estimator)) * mask
         rewards = token_rewards(scores, kl, self.beta, mask)
         adv, returns = gae(rewards, old_values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:

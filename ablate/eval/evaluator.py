@@ -7,6 +7,7 @@ against. Nothing it does is counted in the regime's cost.
 
 from __future__ import annotations
 
+from ablate.config import value_of
 import math
 from dataclasses import dataclass, field
 
@@ -28,10 +29,6 @@ class EvalResult:
     nan_reasons: dict[str, str] = field(default_factory=dict)
 
 
-def _pstr(p) -> str:
-    return str(getattr(p, "value", p))
-
-
 class Evaluator:
     def __init__(self, *, judge: torch.nn.Module, tokenizer, prompts: list[str], heldout: list[str], reward, safety,
                  eval_cfg, task_cfg, precision, device: torch.device, proxy=None):
@@ -43,8 +40,8 @@ class Evaluator:
         self.safety = safety
         self.cfg = eval_cfg
         self.task = task_cfg
-        self.precision = _pstr(precision)  # sampling precision (the policy's)
-        self.scoring = _pstr(eval_cfg.scoring_precision)
+        self.precision = value_of(precision)  # sampling precision (the policy's)
+        self.scoring = value_of(eval_cfg.scoring_precision)
         self.device = device
         self._sft: dict | None = None
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy

@@ -9,7 +9,9 @@ import torch
 
 
 def is_bf16(precision) -> bool:
-    return str(getattr(precision, "value", precision)) == "bf16"
+    from ablate.config import value_of
+
+    return value_of(precision) == "bf16"
 
 
 def autocast(device: torch.device, precision):

@@ -1,0 +1,35 @@
+"""The TrainingArguments every TRL trainer here shares: CPU-sane, no hub, no reports, no checkpoints
+(our run folder is the record), seeds and precision from our config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ablate.config import value_of
+
+
+def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
+    algo = cfg.algo
+    return dict(
+        output_dir=str(out_dir / "trainer"),
+        per_device_train_batch_size=algo.batch_size,
+        gradient_accumulation_steps=algo.grad_accum,
+        learning_rate=algo.learning_rate,
+        max_steps=algo.max_steps,
+        warmup_steps=algo.warmup_steps,
+        lr_scheduler_type=algo.lr_scheduler,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=device.type == "cpu",
+        bf16=value_of(cfg.model.precision) == "bf16",
+        gradient_checkpointing=False,  # TRL defaults it on; slower for models this size
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+    )

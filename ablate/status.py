@@ -1,0 +1,58 @@
+"""``python -m ablate.status runs/<sweep>``: one line per job of a sweep (or per run folder below a path).
+
+Shows each job's overrides, status, steps and key metrics; jobs without a summary are listed as
+``running/unfinished`` (never silently dropped). Exit code 1 when any job failed or diverged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+# (summary key, header, width, format)
+COLUMNS = [("steps", "steps", 5, "{:d}"), ("win_rate", "win", 6, "{:.3f}"), ("reward_gold", "reward", 7, "{:.3f}"),
+           ("kl_true", "kl_true", 9, "{:.4g}"), ("kl_approx", "kl_approx", 9, "{:.4g}"),
+           ("kl_abs_err", "kl_err", 9, "{:.2e}"), ("ref_bytes", "ref_MiB", 8, "{:.1f}"),
+           ("ref_ms_per_step", "ref_ms", 7, "{:.0f}")]
+
+
+def _cell(key: str, width: int, fmt: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        text = "nan"
+    else:
+        text = fmt.format(value / 2**20 if key == "ref_bytes" else value)
+    return text.rjust(width)
+
+
+def job_dirs(root: Path) -> list[Path]:
+    """Every run folder below ``root`` (a folder holding config.yaml), sorted."""
+    return sorted(p.parent for p in root.rglob("config.yaml") if ".hydra" not in p.parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ablate.status", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="sweep folders or run folders")
+    args = parser.parse_args(argv)
+    bad = 0
+    header = f"{'status':<10} " + " ".join(h.rjust(w) for _, h, w, _ in COLUMNS) + "  job"
+    print(header)
+    for root in args.paths:
+        for d in job_dirs(root):
+            summary = d / "summary.json"
+            name = str(d.relative_to(root)) if d != root else d.name
+            if not summary.is_file():
+                print(f"{'unfinished':<10} " + " " * (len(header) - 16) + f"  {name}")
+                continue
+            s = json.loads(summary.read_text())
+            bad += s["status"] != "finished"
+            cells = " ".join(_cell(k, w, f, s.get(k)) for k, _, w, f in COLUMNS)
+            reason = f"  ({s['reason']})" if s.get("reason") else ""
+            print(f"{s['status']:<10} {cells}  {name}{reason}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
