@@ -220,8 +220,6 @@ class GRPOAlgoConfig(OnlineAlgoConfig):
         _check(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
         _check(self.batch_size % self.num_generations == 0,
                f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})")
-        _check(self.kl_estimator == KLEstimator.k3,
-               "algo.kl_estimator=k1 is not available for GRPO: TRL's GRPO loss computes k3 (use algo=ppo for k1)")
 
 
 @dataclass

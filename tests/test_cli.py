@@ -24,7 +24,7 @@ BAD = [
     (["model=tiny", "ref=ema", "model.adapter.enabled=true"], "ref=ema updates the reference from the policy"),
     (["ref=topk", "ref.k=0"], "ref.k must be >= 1"),
     (["algo=grpo", "ref=cached", "ref.miss=error"], "ref=cached cannot score the fresh samples of algo=grpo"),
-    (["algo=grpo", "algo.kl_estimator=k1"], "algo.kl_estimator=k1 is not available for GRPO"),
+    (["algo=grpo", "algo.kl_estimator=k2"], "algo.kl_estimator: 'k2' is not one of k3, k1"),
     (["ref=cached", "ref.miss=sometimes"], "ref.miss must be skip, fallback, error or auto"),
 ]
 

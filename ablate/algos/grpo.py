@@ -27,11 +27,45 @@ def _grpo_trainer_cls():
     from trl import GRPOTrainer
 
     class RegimeGRPOTrainer(GRPOTrainer):
-        def __init__(self, *args, reference: Reference, beta: float, **kwargs):
+        def __init__(self, *args, reference: Reference, beta: float, kl_estimator: str = "k3", **kwargs):
             self.reference = reference
+            self.kl_estimator = kl_estimator
             super().__init__(*args, **kwargs)  # built with beta = 0: TRL loads no reference model
             self.beta = beta
             self.ref_model = _RegimeRef() if beta != 0.0 else None
+
+        def _compute_loss(self, model, inputs):
+            """k3 (TRL's own): unchanged. k1: TRL computes the loss without its KL term, and beta times the
+            sum of k1 = log pi - log ref over completion tokens is added with TRL's ``dapo`` normaliser (its
+            default loss type), using the policy log-probs TRL computed for the loss (so gradients flow)."""
+            if self.kl_estimator != "k1" or self.beta == 0.0:
+                return super()._compute_loss(model, inputs)
+            if self.loss_type != "dapo":
+                raise ValueError(f"kl_estimator=k1 is implemented for TRL's dapo loss only, not {self.loss_type}")
+            captured = {}
+            original = self._get_per_token_logps_and_entropies
+
+            def capture(m, *args, **kwargs):
+                out = original(m, *args, **kwargs)
+                if m is model:
+                    captured.setdefault("logps", out[0])
+                return out
+
+            beta, self.beta = self.beta, 0.0
+            self._get_per_token_logps_and_entropies = capture
+            try:
+                loss = super()._compute_loss(model, inputs)
+            finally:
+                self.beta = beta
+                del self._get_per_token_logps_and_entropies  # back to the class's method
+            mask = inputs["completion_mask"]
+            k1 = captured["logps"] - inputs["ref_per_token_logps"]
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if self.model.training:
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["kl"].append(float(((k1 * mask).sum() / mask.sum().clamp(min=1.0)).detach()))
+            return loss + beta * (k1 * mask).sum() / normalizer
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, *args, **kwargs):
@@ -123,6 +157,7 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     trainer = _grpo_trainer_cls()(model=policy, reward_funcs=funcs,
                                   args=trl_args(cfg, out_dir, device, weights), train_dataset=prompts_dataset(prompts),
                                   processing_class=tokenizer, reference=reference, beta=beta,
+                                  kl_estimator=value_of(algo.kl_estimator),
                                   callbacks=[kl_cb, *callbacks])
     kl_cb.trainer = trainer
     trainer.kl_controller = controller

@@ -89,3 +89,25 @@ def test_grpo_adaptive_kl_moves_beta(tmp_path, tiny_source, tokenizer, ref_ctx):
     assert len(coefs) == 3 and trainer.beta == coefs[-1]
     # KL far below target: beta shrinks by the clipped 2% per step
     assert coefs[0] == pytest.approx(0.04 * 0.98) and coefs[-1] < coefs[0]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_grpo_k1_estimator(tmp_path, tiny_source, tokenizer, ref_ctx):
+    """k1 is added to TRL's loss by us: zero against an equal reference, and a different number from k3
+    (which is >= 0 per token) against a reference that differs from the policy."""
+    from ablate.refs.topk import TopKRefConfig, TopKReference
+
+    rec = _recorder()
+    _train(tmp_path / "a", tiny_source, tokenizer, FullReference(FullRefConfig(), ref_ctx), "algo.kl_estimator=k1",
+           recorder=rec)
+    kls = [h["kl"] for h in rec.logs if "kl" in h]
+    assert len(kls) == 2 and kls[0] == pytest.approx(0.0, abs=1e-6)
+    firsts = {}
+    for est in ("k1", "k3"):
+        rec = _recorder()
+        _train(tmp_path / est, tiny_source, tokenizer, TopKReference(TopKRefConfig(k=5), ref_ctx),
+               f"algo.kl_estimator={est}", recorder=rec)
+        firsts[est] = next(h for h in rec.logs if "kl" in h)
+    assert firsts["k3"]["kl"] > 0
+    assert firsts["k1"]["kl"] != pytest.approx(firsts["k3"]["kl"], rel=1e-3)
+    assert firsts["k1"]["loss"] != pytest.approx(firsts["k3"]["loss"], rel=1e-3)
