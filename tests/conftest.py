@@ -69,6 +69,15 @@ def compose(*overrides: str):
     return cfg
 
 
+def typed_config(out_dir, *overrides: str):
+    """The typed config objects (``OmegaConf.to_object``) for ``overrides``, writing to ``out_dir``."""
+    from omegaconf import OmegaConf
+
+    raw = compose(*overrides)
+    raw.out_dir = str(out_dir)
+    return OmegaConf.to_object(raw)
+
+
 TINY_FAST = [
     "model=tiny", "algo.max_steps=3", "eval.interval=2", "task.n_train=6", "task.n_eval=4",
     "task.max_new_tokens=16", "task.samples_per_prompt=4", "algo.batch_size=2", "logger=none",

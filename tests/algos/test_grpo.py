@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from ablate.algos.grpo import _RegimeRef, build_trainer
 from ablate.models.loading import load_model
@@ -13,17 +12,15 @@ from ablate.refs.full import FullRefConfig, FullReference
 from ablate.refs.none import NoneRefConfig, NoReference
 from ablate.tasks.pairs import Pair
 from ablate.tasks.reward import GoldReward
-from tests.conftest import compose
+from tests.conftest import typed_config
 
 PROMPTS = ["Write a review of Iron Summer.", "Continue: I watched it and", "Review the film Lucky Harbor.",
            "Continue: the plot was"]
 
 
 def _cfg(tmp_path, *overrides):
-    raw = compose("model=tiny", "algo=grpo", "algo.max_steps=2", "algo.batch_size=4", "algo.num_generations=2",
-                  "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
-    raw.out_dir = str(tmp_path)
-    return OmegaConf.to_object(raw)
+    return typed_config(tmp_path, "model=tiny", "algo=grpo", "algo.max_steps=2", "algo.batch_size=4",
+                        "algo.num_generations=2", "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
 
 
 def _recorder():

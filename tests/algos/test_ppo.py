@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from ablate.algos.ppo import PPOTrainer
 from ablate.models.loading import load_model
 from ablate.refs.cached import CachedRefConfig, CachedReference
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.refs.none import NoneRefConfig, NoReference
-from tests.conftest import compose
+from tests.conftest import typed_config
 
 PROMPTS = ["Write a review of Iron Summer.", "Continue: I watched it and", "Review the film Lucky Harbor.",
            "Continue: the plot was"]
 
 
 def _cfg(tmp_path, *overrides):
-    raw = compose("model=tiny", "algo=ppo", "algo.max_steps=2", "algo.batch_size=4", "algo.minibatch_size=2",
-                  "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
-    raw.out_dir = str(tmp_path)
-    return OmegaConf.to_object(raw)
+    return typed_config(tmp_path, "model=tiny", "algo=ppo", "algo.max_steps=2", "algo.batch_size=4",
+                        "algo.minibatch_size=2", "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
 
 
 def _trainer(tmp_path, tiny_source, tokenizer, reference, score_fn, *overrides):
