@@ -53,8 +53,8 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
         if multirun and ov.is_sweep_override():
             try:
                 values = list(ov.sweep_string_iterator())
-            except Exception:  # a sweep kind we cannot expand here: Hydra will
-                values = [ov.value()] if not ov.is_sweep_override() else []
+            except Exception:  # a sweep kind we cannot expand here: left to Hydra as written
+                values = []
             choices.append([f"{ov.get_key_element()}={v}" for v in values] or [ov.input_line])
         else:
             choices.append([ov.input_line])

@@ -86,18 +86,17 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
     return summary
 
 
-def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None, str]:
-    """(W&B group, run name, overrides) from Hydra, when running under Hydra."""
+def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None]:
+    """(W&B group, run name) from Hydra: the sweep folder's name and the job's overrides."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
-        overrides = hc.job.override_dirname or ""
         group = Path(hc.sweep.dir).name if hc.mode == RunMode.MULTIRUN else None
-        return group, overrides or None, overrides
+        return group, hc.job.override_dirname or None
     except Exception:  # not under Hydra (tests calling run_job directly)
-        return None, None, ""
+        return None, None
 
 
 def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
@@ -105,7 +104,7 @@ def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
 
     if cfg.logger.name == "none" or value_of(cfg.logger.mode) == "disabled":
         return NullLogger()
-    group, name, _ = _job_identity(raw)
+    group, name = _job_identity(raw)
     return WandbLogger(
         project=cfg.logger.project, mode=value_of(cfg.logger.mode),
         group=cfg.logger.group or group, job_type=cfg.algo.name, name=name or out_dir.name,

@@ -6,6 +6,7 @@ GGUF file's sha256, so later loads take about 2 s instead of dequantising again.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from pathlib import Path
@@ -32,7 +33,15 @@ def gguf_path() -> Path:
 
 
 def _gguf_digest() -> str:
-    return file_sha256(gguf_path())
+    """sha256 of the GGUF file, hashed once per process per (path, size, mtime): it keys both caches."""
+    path = gguf_path()
+    st = path.stat()
+    return _digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
 
 
 def tokenizer_dir(cache_root: Path) -> Path:
