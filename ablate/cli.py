@@ -34,8 +34,11 @@ def _is_flag(arg: str) -> bool:
 
 
 def _job_overrides(argv: list[str]) -> list[list[str]]:
-    """The override list of every job the command line describes (sweeps expanded)."""
+    """The override list of every job the command line describes (sweeps expanded), as Hydra's basic
+    sweeper builds them: a ``+sweep=`` preset's grid first, the command line after it (it wins on a key)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ablate.sweep import presets
 
     args = [a for a in argv if not _is_flag(a)]
     # drop the values of flags that take one (e.g. --config-name x, -cn x, --cfg job)
@@ -47,18 +50,35 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
                 args.remove(argv[i + 1])
     args = [a for a in args if not a.lstrip("+~").startswith("hydra")]
     multirun = "-m" in argv or "--multirun" in argv
-    parsed = OverridesParser.create().parse_overrides(args)
-    choices = []
-    for ov in parsed:
+    params = [f"{k}={v}" for k, v in presets.grid(presets.selected(args)).items()] if multirun else []
+    choices: dict[str, list[str]] = {}
+    for ov in OverridesParser.create().parse_overrides(params + args):
+        key = ov.get_key_element()
         if multirun and ov.is_sweep_override():
             try:
                 values = list(ov.sweep_string_iterator())
             except Exception:  # a sweep kind we cannot expand here: left to Hydra as written
                 values = []
-            choices.append([f"{ov.get_key_element()}={v}" for v in values] or [ov.input_line])
+            choices[key] = [f"{key}={v}" for v in values] or [ov.input_line]
         else:
-            choices.append([ov.input_line])
-    return [list(c) for c in itertools.product(*choices)] if choices else [[]]
+            choices[key] = [ov.input_line]
+    return [list(c) for c in itertools.product(*choices.values())] if choices else [[]]
+
+
+def _launcher_check(argv: list[str]) -> None:
+    """Required launcher settings (e.g. the SLURM partition) are missing: one line, before anything runs."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    hydra_args = [a for a in argv if not _is_flag(a) and a.lstrip("+~").startswith("hydra")]
+    if not hydra_args:
+        return
+    cfg = compose(config_name=CONFIG_NAME, overrides=hydra_args, return_hydra_config=True)
+    missing = sorted(OmegaConf.missing_keys(cfg.hydra.launcher))
+    if missing:
+        launcher = cfg.hydra.runtime.choices.get("hydra/launcher")
+        raise ConfigError(f"hydra.launcher.{missing[0]} is required with hydra/launcher={launcher}: "
+                          f"add hydra.launcher.{missing[0]}=...")
 
 
 def _first_line(e: BaseException) -> str:
@@ -142,6 +162,10 @@ def preflight(argv: list[str]) -> int:
         raise ConfigError(f"cannot parse the command line: {_first_line(e)}") from None
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="ablate"):
+        try:
+            _launcher_check(argv)
+        except (HydraException, OmegaConfBaseException, ValueError) as e:
+            raise ConfigError(_friendly(e)) from None
         for overrides in jobs:
             where = f" (job: {' '.join(overrides)})" if len(jobs) > 1 else ""
             try:
@@ -163,13 +187,33 @@ def _hydra_main() -> None:
     from omegaconf import DictConfig
 
     @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=CONFIG_NAME)
-    def _app(cfg: DictConfig) -> None:
-        from ablate.run import run_job
+    def _app(cfg: DictConfig) -> dict:
+        """One job. In a sweep a failing job is recorded (summary.json, W&B run marked failed) and the
+        sweep goes on; a single run shows the traceback."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
-        summary = run_job(cfg)
-        print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json")
+        from ablate.run import run_job
+        from ablate.runtime import tune_allocator
+
+        tune_allocator()  # also in launcher worker processes
+        sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+        try:
+            summary = run_job(cfg)
+        except Exception as e:
+            if not sweeping:
+                raise
+            print(f"ablate: failed: {cfg.out_dir}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return {"status": "failed"}
+        print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json", flush=True)
+        if not sweeping and summary["status"] != "finished":
+            _OUTCOME["not_finished"] = 1
+        return summary
 
     _app()
+
+
+_OUTCOME = {"not_finished": 0}  # a single run that diverged; a sweep's count is ablate.sweep.report.OUTCOME
 
 
 def main() -> None:
@@ -193,6 +237,10 @@ def main() -> None:
 
     register_configs()
     _hydra_main()
+    from ablate.sweep.report import OUTCOME
+
+    if _OUTCOME["not_finished"] or OUTCOME["not_finished"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

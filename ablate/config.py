@@ -289,6 +289,25 @@ class EvalConfig:
         _check(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
 
 
+@dataclass
+class CheckpointConfig:
+    interval: int = 20  # save a resumable checkpoint every N optimiser steps (0: never; a killed job restarts)
+    keep: bool = False  # keep the last checkpoint after the job finished (it holds weights and optimiser state)
+
+    def __post_init__(self) -> None:
+        _check(self.interval >= 0, f"checkpoint.interval must be >= 0, got {self.interval}")
+
+
+@dataclass
+class DivergenceConfig:
+    """When a job is stopped and recorded as ``diverged``. A NaN/inf training loss always is."""
+
+    max_kl: Optional[float] = None  # nats per response: true KL (at an evaluation) or the trainer's KL beyond this
+
+    def __post_init__(self) -> None:
+        _check(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
+
+
 # ------------------------------------------------------------------------------------------------- top
 @dataclass
 class Config:
@@ -298,8 +317,10 @@ class Config:
     ref: Any = MISSING
     logger: Any = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
     seed: int = 0
-    threads: Optional[int] = None  # torch CPU threads (None: torch's default)
+    threads: Optional[int] = None  # torch CPU threads (None: all cores, or cores / workers under a parallel launcher)
     save_policy: bool = False  # save the final policy (or adapter) into the run folder
     out_dir: str = "${hydra:runtime.output_dir}"
 
@@ -321,6 +342,11 @@ def register_configs() -> None:
     cs.store(group="schema/algo", name="ppo", node=PPOAlgoConfig)
     cs.store(group="schema/logger", name="logger", node=LoggerConfig)
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
+    from ablate.sweep.presets import register_presets
+    from ablate.sweep.workers import register_resolver
+
+    register_presets()
+    register_resolver()
 
 
 def validate(cfg: Config) -> None:

@@ -19,6 +19,15 @@ def config_dir() -> Path:
     raise FileNotFoundError(f"ablate: no config folder found (looked in {', '.join(map(str, candidates))})")
 
 
+def sweeps_dir() -> Path:
+    """The sweep presets: $ABLATE_SWEEPS, else the copy inside a wheel, else the repo's `sweeps/`."""
+    env = os.environ.get("ABLATE_SWEEPS")
+    for c in ([Path(env)] if env else []) + [_PKG / "sweeps", _PKG.parent / "sweeps"]:
+        if c.is_dir():
+            return c
+    return _PKG.parent / "sweeps"
+
+
 def cache_root() -> Path:
     """Root of every content-addressed cache: $ABLATE_CACHE, else the user's cache dir."""
     env = os.environ.get("ABLATE_CACHE")

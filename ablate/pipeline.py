@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ablate.config import value_of
 import logging
 import math
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ablate.config import Config
+from ablate.config import Config, value_of
 from ablate.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -18,11 +17,17 @@ log = logging.getLogger(__name__)
 
 class EvalCallbackFactory:
     """A TrainerCallback that evaluates before training, every ``eval.interval`` steps, and updates the
-    reference (``Reference.step``) after each optimiser step. Train logs go to the run folder and W&B."""
+    reference (``Reference.step``) after each optimiser step. Train logs go to the run folder and W&B.
+    It stops a diverging job (NaN/inf loss, true KL beyond ``divergence.max_kl``) and completes each
+    checkpoint the trainer writes with what a resumed job needs (``tracking.checkpoint``)."""
 
     @staticmethod
-    def build(*, cfg: Config, evaluator, reference, policy_getter, folder, logger, state):
+    def build(*, cfg: Config, evaluator, reference, policy_getter, trainer_getter, folder, logger, state):
         from transformers import TrainerCallback
+
+        from ablate.tracking import checkpoint
+
+        max_kl = cfg.divergence.max_kl
 
         def do_eval(step: int) -> None:
             from ablate.run import cost_metrics
@@ -37,10 +42,14 @@ class EvalCallbackFactory:
             log.info("eval@%d: win_rate %.3f  reward %.3f  kl_true %.4f  kl_approx %.4f  ppl %.2f", step,
                      res.metrics["eval/win_rate"], res.metrics["eval/reward_gold"], res.metrics["kl/true"],
                      res.metrics["kl/approx"], res.metrics["eval/ppl"])
+            kl = res.metrics["kl/true"]
+            if max_kl is not None and not kl <= max_kl:  # also catches a NaN KL
+                state.status = "diverged"
+                state.reason = f"true KL {kl:.4g} > divergence.max_kl={max_kl:g} at step {step}"
 
         class _Callback(TrainerCallback):
             def on_train_begin(self, args, st, control, **kw):
-                if cfg.eval.at_start:
+                if cfg.eval.at_start and state.first_eval is None:  # a resumed job evaluated step 0 already
                     do_eval(0)
 
             def on_step_end(self, args, st, control, **kw):
@@ -48,6 +57,9 @@ class EvalCallbackFactory:
                 reference.step(policy_getter(), st.global_step)
                 if cfg.eval.interval and st.global_step % cfg.eval.interval == 0 and st.global_step < st.max_steps:
                     do_eval(st.global_step)
+                if state.status == "diverged":
+                    control.should_training_stop = True
+                    control.should_save = False
 
             def on_log(self, args, st, control, logs=None, **kw):
                 if not logs:
@@ -60,11 +72,23 @@ class EvalCallbackFactory:
                     state.status = "diverged"
                     state.reason = f"training loss is {loss} at step {st.global_step}"
                     control.should_training_stop = True
+                    control.should_save = False
+
+            def on_save(self, args, st, control, **kw):
+                if state.status != "finished":  # never resume into a diverged state
+                    return
+                path = Path(args.output_dir) / f"checkpoint-{st.global_step}"
+                trainer = trainer_getter()
+                checkpoint.complete(path, {**state.to_dict(), "kl_coef": float(trainer.beta),
+                                           # TRL's DPO token counter is not in the Trainer's own state
+                                           "trl_train_tokens": getattr(trainer, "_total_train_tokens", None)},
+                                    reference)
 
         return _Callback(), do_eval
 
 
-def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]):
+def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any], resume=None):
+    """``resume``: (checkpoint folder, its ablate state) to continue an interrupted job from."""
     from ablate.models.loading import (add_adapter, load_model, load_tokenizer, resolve_device, resolve_source,
                                        tokenizer_fingerprint)
     from ablate.refs import regime_class
@@ -126,7 +150,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     callback, do_eval = EvalCallbackFactory.build(
         cfg=cfg, evaluator=evaluator, reference=reference,
         policy_getter=lambda: trainer_box["trainer"].model if "trainer" in trainer_box else policy,
-        folder=folder, logger=logger, state=state)
+        trainer_getter=lambda: trainer_box["trainer"], folder=folder, logger=logger, state=state)
 
     if cfg.algo.name == "dpo":
         from ablate.algos.dpo import build_trainer
@@ -151,8 +175,20 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     else:  # guarded by the config schema; listed here so a new algorithm fails loudly
         raise NotImplementedError(f"algo={cfg.algo.name}")
     trainer_box["trainer"] = trainer
+    if resume is not None:
+        from ablate.tracking import checkpoint
+
+        path, saved = resume
+        checkpoint.load_reference(path, reference)
+        if cfg.algo.name != "dpo":  # the KL coefficient where the controller had taken it
+            trainer.beta = saved["kl_coef"]
+            if getattr(trainer, "kl_controller", None) is not None:
+                trainer.kl_controller.value = saved["kl_coef"]
+        if saved.get("trl_train_tokens") is not None:
+            trainer._total_train_tokens = saved["trl_train_tokens"]
+        log.info("resuming from %s (step %d)", path, saved["steps"])
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(resume[0]) if resume is not None else None)
     finally:
         # the KL coefficient at the end: the controller's for PPO/GRPO, the fixed beta for DPO
         extra["kl_coef_final"] = float(trainer.beta)

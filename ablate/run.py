@@ -34,13 +34,34 @@ NAN = float("nan")
 
 @dataclass
 class JobState:
-    """What the training callback accumulates; the summary is built from it, also after a failure."""
+    """What the training callback accumulates; the summary is built from it, also after a failure.
+    Saved with each checkpoint, so a resumed job's summary is the uninterrupted job's."""
 
     status: str = "finished"
     reason: str | None = None
     steps: int = 0
     first_eval: Any = None
     last_eval: Any = None
+    wall_s: float = 0.0  # wall time of earlier attempts (a resumed job)
+    t0: float = 0.0  # perf_counter origin of this job, earlier attempts included
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        ev = lambda e: None if e is None else to_python(asdict(e))  # noqa: E731
+        return {"status": self.status, "reason": self.reason, "steps": self.steps,
+                "first_eval": ev(self.first_eval), "last_eval": ev(self.last_eval), "wall_s": self.elapsed()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobState":
+        from ablate.eval.evaluator import EvalResult
+
+        ev = lambda e: None if e is None else EvalResult(**e)  # noqa: E731
+        return cls(status=d["status"], reason=d["reason"], steps=d["steps"], first_eval=ev(d["first_eval"]),
+                   last_eval=ev(d["last_eval"]), wall_s=d.get("wall_s", 0.0))
 
 
 def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float]:
@@ -115,25 +136,60 @@ def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
     )
 
 
+def default_threads() -> int | None:
+    """Torch threads when ``threads`` is unset: the cores shared out among a parallel launcher's workers
+    (joblib's ``n_jobs``, submitit's ``cpus_per_task``), else torch's own default."""
+    import os
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        launcher = HydraConfig.get().launcher
+    except Exception:
+        return None
+    if launcher.get("cpus_per_task"):
+        return int(launcher.cpus_per_task)
+    n_jobs = launcher.get("n_jobs")
+    if n_jobs and int(n_jobs) > 1:
+        return max(1, (os.cpu_count() or 1) // int(n_jobs))
+    return None
+
+
 def run_job(raw: DictConfig) -> dict[str, Any]:
-    """Run one job described by a composed config; returns its summary (also written to summary.json)."""
+    """Run one job described by a composed config; returns its summary (also written to summary.json).
+
+    A folder that already holds this job (same resolved config) is not redone: ``finished`` is returned
+    as it stands, an interrupted or failed job resumes from its last complete checkpoint. Anything else
+    already in the folder (another config, a job without checkpoint) is moved to ``previous/<n>/``."""
+    from ablate.tracking import resume
+
     cfg: Config = OmegaConf.to_object(raw)
     validate(cfg)
     out_dir = Path(cfg.out_dir)
     folder = RunFolder(out_dir)
+    decision = resume.decide(folder, raw)
+    if decision.finished is not None:
+        log.info("already finished, not rerun: %s", out_dir)
+        return decision.finished
     folder.write_config(raw)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    logger = make_logger(cfg, raw, out_dir)
+    threads = cfg.threads or default_threads()
+    if threads:
+        torch.set_num_threads(threads)
     state = JobState()
-    t0 = time.perf_counter()
+    if decision.checkpoint is not None:
+        state = JobState.from_dict(decision.checkpoint[1])
+        folder.truncate_metrics(state.steps)
+    logger = make_logger(cfg, raw, out_dir)
+    state.t0 = time.perf_counter() - state.wall_s
     reference = None
     extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
+    if decision.checkpoint is not None:
+        extra["resumed_from_step"] = state.steps
     logger.start()
     try:
         from ablate.pipeline import train_and_evaluate
 
-        reference = train_and_evaluate(cfg, folder, logger, state, extra)
+        reference = train_and_evaluate(cfg, folder, logger, state, extra, resume=decision.checkpoint)
     except BaseException as e:  # record, then re-raise: a failed job still leaves a complete summary
         state.status = "failed"
         state.reason = f"{type(e).__name__}: {e}"
@@ -143,9 +199,13 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         cost = cost_metrics(reference, state.steps) if reference is not None else {
             "cost/ref_bytes": NAN, "cost/ref_ms_per_step": NAN, "cost/ref_setup_s": NAN,
             "cost/ref_cache_bytes": NAN, "cost/ref_forward_calls": NAN}
-        summary = build_summary(state, cost, time.perf_counter() - t0, extra)
+        summary = build_summary(state, cost, state.elapsed(), extra)
         folder.write_summary({k: to_python(v) for k, v in summary.items()})
         logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
         logger.finish(failed=state.status != "finished")
+    if state.status in ("finished", "diverged") and not cfg.checkpoint.keep:  # final: nothing to resume
+        from ablate.tracking import checkpoint
+
+        checkpoint.remove_all(out_dir)
     log.info("run folder: %s (status %s)", out_dir, state.status)
     return summary

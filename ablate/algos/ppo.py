@@ -26,6 +26,9 @@ from ablate.algos.ppo_math import gae, kl_penalty, masked_mean, masked_whiten, p
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch
+from ablate.tracking.checkpoint import checkpoints_dir
+
+STATE_FILE = "ppo_state.pt"
 
 
 class ValueHead(torch.nn.Module):
@@ -60,7 +63,7 @@ class PPOTrainer:
                                              self.algo.kl_horizon)
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
-        self.args = SimpleNamespace(logging_steps=1, output_dir=str(cfg.out_dir))
+        self.args = SimpleNamespace(logging_steps=1, output_dir=str(checkpoints_dir(cfg.out_dir)))
         g = torch.Generator().manual_seed(cfg.seed)
         self._order = torch.randperm(len(prompts), generator=g).tolist()
 
@@ -134,10 +137,38 @@ class PPOTrainer:
         for cb in self.callbacks:
             getattr(cb, event)(self.args, self.state, self.control, **kw)
 
-    def train(self) -> None:
+    def save_checkpoint(self) -> Path:
+        """Trainable weights, value head, optimiser and KL coefficient: everything a step depends on (each
+        step's sampling and minibatch order are seeded by the step number). Then the callbacks' ``on_save``."""
+        path = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        path.mkdir(parents=True, exist_ok=True)
+        state = {"trainable": {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad},
+                 "value_head": self.value_head.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "beta": self.beta, "step": self.state.global_step}
+        torch.save(state, path / (STATE_FILE + ".tmp"))
+        (path / (STATE_FILE + ".tmp")).replace(path / STATE_FILE)
+        self._call("on_save")
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        state = torch.load(Path(path) / STATE_FILE, map_location=self.device, weights_only=True)
+        missing = set(state["trainable"]) - {n for n, _ in self.model.named_parameters()}
+        if missing:
+            raise RuntimeError(f"checkpoint {path} does not match the policy (unknown weights {sorted(missing)[:3]})")
+        self.model.load_state_dict(state["trainable"], strict=False)
+        self.value_head.load_state_dict(state["value_head"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.beta = self.kl_controller.value = state["beta"]
+        self.state.global_step = state["step"]
+
+    def train(self, resume_from_checkpoint: str | None = None) -> None:
+        if resume_from_checkpoint is not None:
+            self.load_checkpoint(resume_from_checkpoint)
         self.model.train()
         self._call("on_train_begin")
-        for step in tqdm(range(1, self.algo.max_steps + 1), desc="ppo", unit="step"):
+        interval = self.cfg.checkpoint.interval
+        for step in tqdm(range(self.state.global_step + 1, self.algo.max_steps + 1), desc="ppo", unit="step",
+                         initial=self.state.global_step, total=self.algo.max_steps):
             data = self.rollout(step)
             stats = self.optimise(data)
             self.state.global_step = step
@@ -149,8 +180,11 @@ class PPOTrainer:
                 logs["reward_gold"] = sum(data["gold"]) / len(data["gold"])
             if self.beta != 0.0:
                 self.beta = self.kl_controller.update(kl)
+            self.control.should_save = bool(interval) and step % interval == 0
             self._call("on_step_end")
             self._call("on_log", logs=logs)
+            if self.control.should_save:
+                self.save_checkpoint()
             if self.control.should_training_stop:
                 break
         self._call("on_train_end")

@@ -1,5 +1,6 @@
-"""The TrainingArguments every TRL trainer here shares: CPU-sane, no hub, no reports, no checkpoints
-(our run folder is the record), seeds and precision from our config."""
+"""The TrainingArguments every TRL trainer here shares: CPU-sane, no hub, no reports, seeds and precision
+from our config; checkpoints (for resuming) in ``<run>/checkpoints`` every ``checkpoint.interval`` steps,
+pruned by ``ablate.tracking.checkpoint`` rather than by the Trainer (so a kill mid-save leaves an older one)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 import torch
 
 from ablate.config import value_of
+from ablate.tracking.checkpoint import checkpoints_dir
 
 
 def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
     algo = cfg.algo
     return dict(
-        output_dir=str(out_dir / "trainer"),
+        output_dir=str(checkpoints_dir(out_dir)),
         per_device_train_batch_size=algo.batch_size,
         gradient_accumulation_steps=algo.grad_accum,
         learning_rate=algo.learning_rate,
@@ -23,7 +25,10 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         weight_decay=algo.weight_decay,
         max_grad_norm=algo.max_grad_norm,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if cfg.checkpoint.interval else "no",
+        save_steps=cfg.checkpoint.interval or 500,
+        save_total_limit=None,
+        save_only_model=False,
         report_to="none",
         use_cpu=device.type == "cpu",
         bf16=value_of(cfg.model.precision) == "bf16",

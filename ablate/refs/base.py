@@ -116,6 +116,15 @@ class Reference(ABC):
     def cost(self) -> RefCost:
         return self._cost
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed job needs to continue exactly: the training-time cost counters here; regimes
+        that change during training (EMA, snapshot) add their weights."""
+        return {"forward_s": self._cost.forward_s, "forward_calls": self._cost.forward_calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._cost.forward_s = float(state.get("forward_s", 0.0))
+        self._cost.forward_calls = int(state.get("forward_calls", 0))
+
     @classmethod
     def check_config(cls, cfg: "Config") -> None:
         """Raise ConfigError (one line) for impossible combinations, before anything loads."""

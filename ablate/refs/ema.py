@@ -45,6 +45,15 @@ class EmaReference(ModelReference):
             return
         self.update(policy, self.cfg.alpha)
 
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "updates": self.updates, "weights": self.model.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.model.load_state_dict(state["weights"])
+        self.updates = int(state["updates"])
+        self._cost.extra["updates"] = self.updates
+
     @torch.no_grad()
     def update(self, policy: torch.nn.Module, alpha: float) -> None:
         src = _policy_params(policy)

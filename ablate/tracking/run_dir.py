@@ -213,6 +213,12 @@ class RunFolder:
                 rows.append(row)
         return rows
 
+    def truncate_metrics(self, step: int) -> None:
+        """Keep only the records up to ``step`` (a job resuming from its checkpoint at ``step`` logs the
+        later ones again); rewritten atomically."""
+        rows = [r for r in self.read_metrics() if int(r.get("step", 0)) <= step]
+        atomic_write_text(self.metrics_path, "".join(_dumps(r) + "\n" for r in rows))
+
     def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
         """Write generation samples to ``samples.jsonl`` atomically."""
         text = "".join(_dumps(dict(r)) + "\n" for r in rows)
