@@ -134,6 +134,9 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
                               tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
         extra.update({f"reward_model_{k}": v for k, v in proxy.meta.items()})
 
+    # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so
+    # adapter and value-head initialisation and training never depend on what was cached.
+    torch.manual_seed(cfg.seed)
     policy = load()
     if cfg.model.adapter.enabled:
         policy = add_adapter(policy, cfg.model.adapter)

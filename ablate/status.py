@@ -28,8 +28,10 @@ def _cell(key: str, width: int, fmt: str, value) -> str:
 
 
 def job_dirs(root: Path) -> list[Path]:
-    """Every run folder below ``root`` (a folder holding config.yaml), sorted."""
-    return sorted(p.parent for p in root.rglob("config.yaml") if ".hydra" not in p.parts)
+    """Every run folder below ``root`` (a folder holding config.yaml), sorted; earlier attempts moved to
+    ``previous/`` and checkpoints are not jobs."""
+    skip = {".hydra", "previous", "checkpoints", "wandb"}
+    return sorted(p.parent for p in root.rglob("config.yaml") if not skip & set(p.relative_to(root).parts))
 
 
 def main(argv: list[str] | None = None) -> int:

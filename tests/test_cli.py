@@ -95,5 +95,7 @@ def test_wheel_ships_the_configs(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "ablate/conf/config.yaml" in names
     assert "ablate/conf/ref/full.yaml" in names
+    assert "ablate/conf/hydra/launcher/parallel.yaml" in names
+    assert "ablate/sweeps/regimes.yaml" in names
     assert "ablate/tasks/data/heldout.txt" in names
     assert any(n.startswith("analysis/") for n in names)

@@ -1,0 +1,77 @@
+"""Sweep presets: every one composes into valid jobs, combines with others and the command line, and its
+W&B sweep file is the one generated from it (no drift)."""
+
+import pytest
+import yaml
+
+from ablate.cli import _job_overrides, preflight
+from ablate.paths import sweeps_dir
+from ablate.sweep import presets
+from ablate.sweep.wandb_file import render, wandb_sweep
+from ablate.sweep.workers import workers
+from tests.conftest import run_cli
+
+NAMES = sorted(presets.preset_files())
+
+
+def test_the_presets_the_issue_names_exist():
+    assert {"regimes", "algos", "beta", "ema", "topk", "seeds"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_preset_job_composes_and_validates(name):
+    n = preflight(["-m", f"+sweep={name}", "model=tiny"])
+    grid = presets.grid([name])
+    expected = 1
+    for spec in grid.values():
+        expected *= len(spec.split(","))
+    assert n == expected > 1
+
+
+def test_presets_combine_and_the_command_line_wins():
+    assert len(_job_overrides(["-m", "+sweep=[regimes,seeds]"])) == 30
+    jobs = _job_overrides(["-m", "+sweep=regimes", "ref=full,none"])  # a command-line sweep replaces the grid's
+    assert sorted(j[0] for j in jobs) == ["ref=full", "ref=none"]
+    assert all("+sweep=regimes" in j for j in jobs)
+
+
+def test_a_preset_fixes_its_settings():
+    from tests.conftest import compose
+
+    cfg = compose("+sweep=ema", "model=tiny")
+    assert cfg.ref.name == "ema"
+    cfg = compose("+sweep=report_dpo", "ref=int8")
+    assert (cfg.algo.max_steps, cfg.eval.interval, cfg.task.n_eval, cfg.ref.name) == (10, 5, 16, "int8")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wandb_sweep_file_matches_its_preset(name):
+    f = sweeps_dir() / "wandb" / f"{name}.yaml"
+    assert f.read_text() == render([name]), f"regenerate: python -m ablate.sweep wandb {name} --write"
+    spec = yaml.safe_load(f.read_text())
+    assert spec["method"] == "grid"
+    assert f"+sweep={name}" in spec["command"] and "${args_no_hyphens}" in spec["command"]
+    n = 1
+    for p in spec["parameters"].values():
+        n *= len(p["values"])
+    assert n == len(_job_overrides(["-m", f"+sweep={name}"]))
+
+
+def test_wandb_sweep_values_are_typed():
+    params = wandb_sweep(["ema"])["parameters"]
+    assert params["ref.alpha"]["values"] == [0.1, 0.3, 0.6, 1.0]
+    assert params["ref.tau"]["values"] == [1, 5, 10, 20]
+
+
+def test_unknown_preset_is_one_line(tmp_path):
+    res = run_cli("-m", "+sweep=nope", "model=tiny", cwd=tmp_path, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "ablate: error: unknown sweep 'nope' (choose from: " + ", ".join(NAMES) + ")"]
+
+
+def test_workers_respect_cores_and_memory():
+    assert workers(1, 0.1) >= 1
+    assert workers(10_000, 1) == 1  # more threads than cores: still one worker
+    assert workers(1, 10_000_000) == 1  # more memory than the machine: still one
+    assert workers(1, 0.1) >= workers(2, 0.1)
