@@ -27,8 +27,10 @@ def usable_memory_gib() -> float:
     return total / 2**30
 
 
-def workers(threads_per_job: int = 2, gib_per_job: float = 6.0) -> int:
-    """Jobs that fit side by side: each gets ``threads_per_job`` cores and ``gib_per_job`` GiB (at least 1)."""
+def workers(threads_per_job: int | None = 2, gib_per_job: float = 6.0) -> int:
+    """Jobs that fit side by side: each gets ``threads_per_job`` cores (None: 2) and ``gib_per_job`` GiB
+    (at least 1)."""
+    threads_per_job = 2 if threads_per_job is None else threads_per_job
     by_cores = usable_cores() // max(1, int(threads_per_job))
     by_memory = int(usable_memory_gib() // max(0.1, float(gib_per_job)))
     return max(1, min(by_cores, by_memory))
