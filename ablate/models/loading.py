@@ -27,10 +27,16 @@ class ModelSource:
 
 
 def resolve_device(device: str) -> torch.device:
+    """``auto``: CUDA when there is one. A bare ``cuda`` under ``accelerate launch`` / torchrun means this
+    process's GPU (``LOCAL_RANK``), where the Trainer puts the policy too."""
+    import os
+
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"model.device={device} but no CUDA device is available; use model.device=cpu")
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(device)
 
 

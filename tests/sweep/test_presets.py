@@ -75,3 +75,4 @@ def test_workers_respect_cores_and_memory():
     assert workers(10_000, 1) == 1  # more threads than cores: still one worker
     assert workers(1, 10_000_000) == 1  # more memory than the machine: still one
     assert workers(1, 0.1) >= workers(2, 0.1)
+    assert workers(None, 0.1) == workers(2, 0.1)  # threads=null: two cores a job
