@@ -185,6 +185,9 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
     if decision.checkpoint is not None:
         extra["resumed_from_step"] = state.steps
+    from ablate.tracking.provenance import provenance
+
+    extra["provenance"] = provenance()
     logger.start()
     try:
         from ablate.pipeline import train_and_evaluate
