@@ -1,0 +1,195 @@
+"""The report's figures (matplotlib, files only). Every function takes the loaded frames, writes one PNG
+and returns its path; curves are means over seeds at each evaluation step, one colour per regime."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+REGIME_ORDER = ("full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none")
+MIB = 2**20
+
+
+def regime_colors(regimes) -> dict[str, tuple]:
+    cmap = plt.get_cmap("tab10")
+    ordered = [r for r in REGIME_ORDER if r in set(regimes)] + sorted(set(regimes) - set(REGIME_ORDER))
+    return {r: cmap(i % 10) for i, r in enumerate(ordered)}
+
+
+def ordered(regimes) -> list[str]:
+    s = set(regimes)
+    return [r for r in REGIME_ORDER if r in s] + sorted(s - set(REGIME_ORDER))
+
+
+def _save(fig, path: Path) -> Path:
+    import warnings
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # long legends: bbox_inches="tight" makes room instead
+        fig.tight_layout()
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _eval_means(curves: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per (regime, step): the mean over seeds of each column, on evaluation rows only."""
+    have = [c for c in cols if c in curves]
+    ev = curves[curves["kl/true"].notna()] if "kl/true" in curves else curves.iloc[0:0]
+    return ev.groupby(["regime", "step"], as_index=False)[have].mean(numeric_only=True)
+
+
+def frontier(curves: pd.DataFrame, path: Path) -> Path:
+    """Gold reward and win rate against the true KL over training (the DPO paper's frontier)."""
+    m = _eval_means(curves, ["kl/true", "eval/reward_gold", "eval/win_rate"])
+    colors = regime_colors(m["regime"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, y, label in ((axes[0], "eval/reward_gold", "gold reward (VADER compound, mean)"),
+                         (axes[1], "eval/win_rate", "win rate against the SFT model")):
+        for r in ordered(m["regime"]):
+            g = m[m["regime"] == r].sort_values("step")
+            ax.plot(g["kl/true"], g[y], "-o", color=colors[r], label=r, ms=4)
+        ax.set_xlabel("true KL to the full reference (nats per response)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
+    axes[0].set_title("reward vs KL over training (points: evaluations)")
+    axes[1].set_title("win rate vs KL over training")
+    axes[1].legend(fontsize=8, ncol=2)
+    return _save(fig, path)
+
+
+def kl_error(runs: pd.DataFrame, path: Path) -> Path:
+    """True vs approximate KL per run at the end, and the absolute error at step 0 and at the end."""
+    done = runs[runs["status"] == "finished"]
+    colors = regime_colors(done["regime"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    both = done[["kl_true", "kl_approx"]].astype(float)
+    pos = both[(both > 0).all(axis=1)]
+    for r in ordered(done["regime"]):
+        g = done[(done["regime"] == r)].astype({"kl_true": float, "kl_approx": float})
+        g = g[(g["kl_true"] > 0) & (g["kl_approx"] > 0)]
+        if len(g):
+            ax.scatter(g["kl_true"], g["kl_approx"], color=colors[r], label=r, s=22)
+    if len(pos):
+        lo, hi = float(pos.min().min()) / 2, float(pos.max().max()) * 2
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="approx = true")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("true KL at the end (nats per response)")
+    ax.set_ylabel("approximate KL at the end (nats per response)")
+    ax.set_title("what the run believed vs the truth (one point per run)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3, which="both")
+
+    ax = axes[1]
+    regs = [r for r in ordered(done["regime"]) if done[done["regime"] == r]["kl_abs_err"].notna().any()]
+    x = np.arange(len(regs))
+    for off, col, label in ((-0.2, "kl_abs_err_step0", "step 0"), (0.2, "kl_abs_err", "end")):
+        if col not in done:
+            continue
+        means = [done[done["regime"] == r][col].astype(float).mean() for r in regs]
+        ax.bar(x + off, means, width=0.4, label=label, color=[colors[r] for r in regs],
+               alpha=0.55 if label == "step 0" else 1.0, edgecolor="black", lw=0.5)
+    ax.set_xticks(x, regs, rotation=30, ha="right")
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_ylabel("|approx KL - true KL| (nats per response)")
+    ax.set_title("KL error by regime (pale: step 0, solid: end; mean over seeds)")
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+def _pareto_front(xs, ys) -> list[int]:
+    pts = sorted((x, y, i) for i, (x, y) in enumerate(zip(xs, ys)) if np.isfinite(x) and np.isfinite(y))
+    front, best = [], math.inf
+    for x, y, i in pts:
+        if y < best:
+            front.append(i)
+            best = y
+    return front
+
+
+def pareto(agg: pd.DataFrame, path: Path) -> Path:
+    """Cost (reference bytes, reference time per step) against fidelity (KL error at the end)."""
+    a = agg[agg["kl_abs_err_mean"].notna()].reset_index(drop=True)
+    colors = regime_colors(a["regime"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, col, scale, label in ((axes[0], "ref_bytes", MIB, "reference memory held (MiB)"),
+                                  (axes[1], "ref_ms_per_step", 1.0, "reference time per training step (ms)")):
+        xs = (a[f"{col}_mean"] / scale).to_numpy(dtype=float)
+        ys = a["kl_abs_err_mean"].to_numpy(dtype=float)
+        for i, r in enumerate(a["regime"]):
+            yerr = None
+            if np.isfinite(a.loc[i, "kl_abs_err_lo"]):
+                yerr = [[ys[i] - a.loc[i, "kl_abs_err_lo"]], [a.loc[i, "kl_abs_err_hi"] - ys[i]]]
+                yerr = np.clip(np.asarray(yerr, dtype=float), 0, None)
+            ax.errorbar(xs[i], ys[i], yerr=yerr, fmt="o", color=colors[r], capsize=3)
+            ax.annotate(r, (xs[i], ys[i]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        front = _pareto_front(xs, ys)
+        if len(front) > 1:
+            ax.plot(xs[front], ys[front], color="black", lw=0.8, ls=":", label="Pareto front")
+            ax.legend(fontsize=8)
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_xlabel(label)
+        ax.set_ylabel("|approx KL - true KL| at the end (nats)")
+        ax.grid(alpha=0.3)
+    axes[0].set_title("memory vs fidelity (lower left is better)")
+    axes[1].set_title("time vs fidelity (lower left is better)")
+    return _save(fig, path)
+
+
+def training(curves: pd.DataFrame, path: Path) -> Path:
+    """Training loss per step and true KL per evaluation, per regime."""
+    colors = regime_colors(curves["regime"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    if "train/loss" in curves:
+        tr = curves[curves["train/loss"].notna()].groupby(["regime", "step"], as_index=False)["train/loss"].mean()
+        for r in ordered(tr["regime"]):
+            g = tr[tr["regime"] == r]
+            axes[0].plot(g["step"], g["train/loss"], color=colors[r], label=r)
+    axes[0].set_xlabel("optimiser step")
+    axes[0].set_ylabel("training loss (mean over seeds)")
+    axes[0].set_title("training loss")
+    axes[0].legend(fontsize=7, ncol=2)
+    m = _eval_means(curves, ["kl/true", "kl/approx"])
+    for r in ordered(m["regime"]):
+        g = m[m["regime"] == r].sort_values("step")
+        axes[1].plot(g["step"], g["kl/true"], "-o", color=colors[r], ms=4, label=f"{r}")
+        if "kl/approx" in g and g["kl/approx"].notna().any():
+            axes[1].plot(g["step"], g["kl/approx"], ":", color=colors[r])
+    axes[1].set_yscale("symlog", linthresh=1e-2)
+    axes[1].set_xlabel("optimiser step")
+    axes[1].set_ylabel("KL (nats per response)")
+    axes[1].set_title("true KL (solid) and the regime's own estimate (dotted)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def drift(curves: pd.DataFrame, path: Path) -> Path:
+    """Length, repetition, unsafe rate and perplexity over training."""
+    panels = [("eval/length", "response length (tokens)"), ("eval/rep_2", "repeated bigram fraction"),
+              ("eval/unsafe_rate", "unsafe rate (judge p > threshold)"), ("eval/ppl", "held-out perplexity")]
+    m = _eval_means(curves, [c for c, _ in panels])
+    colors = regime_colors(m["regime"])
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    for ax, (col, label) in zip(axes.flat, panels):
+        if col in m:
+            for r in ordered(m["regime"]):
+                g = m[m["regime"] == r].sort_values("step")
+                ax.plot(g["step"], g[col], "-o", color=colors[r], ms=3, label=r)
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7, ncol=2)
+    fig.suptitle("behaviour drift over training (mean over seeds)")
+    return _save(fig, path)

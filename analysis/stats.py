@@ -1,0 +1,113 @@
+"""Aggregation over seeds and paired comparison with a baseline regime.
+
+Intervals are Student-t 95% intervals of the mean over seeds (n - 1 degrees of freedom); with n < 2
+there is no interval (NaN). The comparison with ``full`` pairs runs by seed (same seed: same preference
+pairs, same evaluation prompts and sampling seed), so each regime's effect is the mean of per-seed
+differences, tested with a paired t-test; the effect size is Cohen's d_z (mean difference / its standard
+deviation); p-values are also Holm-adjusted over the regimes compared for one metric. A difference is
+claimed only when the adjusted p < alpha; otherwise the table says there is no evidence either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+ALPHA = 0.05
+
+
+@dataclass
+class Interval:
+    mean: float
+    std: float
+    n: int
+    lo: float
+    hi: float
+
+
+def t_interval(values, confidence: float = 0.95) -> Interval:
+    """Mean, sample standard deviation and t interval of the finite values (NaNs are not data)."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    n = len(x)
+    if n == 0:
+        return Interval(math.nan, math.nan, 0, math.nan, math.nan)
+    mean = float(x.mean())
+    if n < 2:
+        return Interval(mean, math.nan, 1, math.nan, math.nan)
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    return Interval(mean, std, n, mean - half, mean + half)
+
+
+def aggregate(runs: pd.DataFrame, metrics: list[str], by: tuple[str, ...] = ("condition", "regime")) -> pd.DataFrame:
+    """One row per group of finished runs: ``<metric>_mean/_std/_n/_lo/_hi`` for each metric, plus
+    ``n_runs`` and the seeds."""
+    done = runs[runs["status"] == "finished"]
+    rows = []
+    for key, g in done.groupby(list(by), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        row["algo"] = ",".join(sorted(set(map(str, g["algo"])))) if "algo" in g else ""
+        row["n_runs"] = len(g)
+        row["seeds"] = ",".join(str(s) for s in sorted(g["seed"].dropna().astype(int).unique()))
+        for m in metrics:
+            iv = t_interval(g[m].astype(float)) if m in g else Interval(math.nan, math.nan, 0, math.nan, math.nan)
+            row.update({f"{m}_mean": iv.mean, f"{m}_std": iv.std, f"{m}_n": iv.n, f"{m}_lo": iv.lo,
+                        f"{m}_hi": iv.hi})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment; NaN p-values are left out and stay NaN."""
+    idx = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
+    order = sorted(idx, key=lambda i: pvalues[i])
+    m = len(order)
+    adjusted = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def paired_vs_baseline(runs: pd.DataFrame, metric: str, baseline: str = "full", by: str = "condition",
+                       pair_on: str = "seed", alpha: float = ALPHA) -> pd.DataFrame:
+    """Each regime against ``baseline`` on one metric, paired by seed, within each ``by`` group."""
+    done = runs[runs["status"] == "finished"]
+    out = []
+    for group, g in done.groupby(by, sort=False):
+        base = g[g["regime"] == baseline].drop_duplicates(pair_on, keep="last").set_index(pair_on)[metric].astype(float)
+        rows = []
+        for regime, r in g.groupby("regime", sort=False):
+            if regime == baseline:
+                continue
+            other = r.drop_duplicates(pair_on, keep="last").set_index(pair_on)[metric].astype(float)
+            both = pd.concat([base.rename("b"), other.rename("o")], axis=1, join="inner").dropna()
+            d = (both["o"] - both["b"]).to_numpy()
+            n = len(d)
+            iv = t_interval(d)
+            row = {by: group, "regime": regime, "metric": metric, "n_pairs": n, "baseline_mean": both["b"].mean(),
+                   "regime_mean": both["o"].mean(), "diff_mean": iv.mean, "diff_lo": iv.lo, "diff_hi": iv.hi,
+                   "t": math.nan, "p": math.nan, "d_z": math.nan, "note": ""}
+            if n < 2:
+                row["note"] = f"n={n} paired seeds: no test"
+            elif np.all(d == 0):
+                row["note"] = "identical to the baseline in every seed"
+            elif np.std(d, ddof=1) <= 1e-9 * max(1.0, float(np.abs(d).max())):  # t undefined (rounding aside)
+                row["note"] = "the same difference in every seed"
+            else:
+                res = stats.ttest_rel(both["o"], both["b"])
+                row.update(t=float(res.statistic), p=float(res.pvalue), d_z=float(d.mean() / d.std(ddof=1)))
+            rows.append(row)
+        adjusted = holm([r["p"] for r in rows])
+        for r, p_adj in zip(rows, adjusted):
+            r["p_holm"] = p_adj
+            if not r["note"]:
+                r["note"] = ("differs" if p_adj < alpha else "no evidence of a difference")
+        out += rows
+    return pd.DataFrame(out)

@@ -1,0 +1,49 @@
+"""The loader: every job a row (failed and unfinished included), the same frame from the run folders and
+from W&B's offline run files, conditions and regime labels from the configs."""
+
+import pytest
+
+from analysis.load import from_recorded, from_wandb_offline, label_conditions, load_runs
+from tests.analysis.conftest import FIXTURE
+
+
+def test_recorded_api_runs_keep_failed_and_unfinished():
+    data = from_recorded(FIXTURE)
+    status = dict(zip(data.runs["job"], data.runs["status"]))
+    assert status["ref=int8,seed=3"] == "failed"
+    assert status["ref=full,seed=4"] == "unfinished"  # no ablate summary: never reached its end
+    assert "out of memory" in data.runs.set_index("job").loc["ref=int8,seed=3", "reason"]
+    assert len(data.problems()) == 2
+    assert set(data.curves["step"]) == {0, 2, 4}
+
+
+def test_folders_and_wandb_offline_give_the_same_numbers(tiny_sweep):
+    folders = load_runs(tiny_sweep).runs.set_index("job")
+    wandb = from_wandb_offline(tiny_sweep).runs.set_index("job")
+    assert len(folders) == len(wandb) == 8
+    assert (folders["status"] == "failed").sum() == 2 == (wandb["status"] == "failed").sum()
+    done = folders[folders["status"] == "finished"].index  # job = the overrides, in both
+    assert len(done) == 6
+    for col in ("kl_true", "kl_approx", "win_rate", "reward_gold", "ref_bytes"):
+        assert folders.loc[done, col].astype(float).tolist() == pytest.approx(
+            wandb.loc[done, col].astype(float).tolist(), nan_ok=True)
+
+
+def test_sweep_command_and_failed_jobs_from_the_folder(tiny_sweep):
+    data = load_runs(tiny_sweep)
+    (sweep,) = data.sweeps
+    assert sweep["command"].startswith("python -m ablate -m ") and "ref=full,int8" in sweep["command"]
+    failed = data.runs[data.runs["status"] == "failed"]
+    assert len(failed) == 2 and all(failed["reason"].str.len() > 0)
+    assert set(data.curves.columns) >= {"job", "step", "kl/true", "train/loss", "regime", "condition"}
+
+
+def test_conditions_and_regime_labels():
+    import pandas as pd
+
+    runs = pd.DataFrame({"regime": ["ema", "ema", "full", "shared"], "cfg.ref.alpha": [0.1, 0.5, None, None],
+                         "cfg.algo.beta": [0.1, 0.1, 0.1, 0.1], "cfg.model.adapter.enabled": [False, False, False, True],
+                         "cfg.seed": [0, 0, 0, 0]})
+    label_conditions(runs)
+    assert list(runs["regime"]) == ["ema(alpha=0.1)", "ema(alpha=0.5)", "full", "shared"]
+    assert set(runs["condition"]) == {"all runs"}  # the adapter goes with ref=shared: not a condition

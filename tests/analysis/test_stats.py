@@ -1,0 +1,62 @@
+"""Aggregation, intervals and paired tests on numbers worked out by hand (scipy's t quantiles)."""
+
+import math
+
+import pytest
+
+from analysis.load import from_recorded
+from analysis.stats import aggregate, holm, paired_vs_baseline, t_interval
+from tests.conftest import REPO
+
+FIXTURE = REPO / "tests" / "analysis" / "fixtures" / "wandb_api_runs.json"
+
+
+def test_t_interval_known_numbers():
+    iv = t_interval([1.0, 2.0, 3.0])
+    assert (iv.mean, iv.std, iv.n) == (2.0, 1.0, 3)
+    half = 4.302652729911275 / math.sqrt(3)  # t(0.975, df=2)
+    assert iv.lo == pytest.approx(2.0 - half) and iv.hi == pytest.approx(2.0 + half)
+
+
+def test_t_interval_drops_nan_and_has_no_interval_for_one_value():
+    iv = t_interval([float("nan"), 5.0])
+    assert (iv.mean, iv.n) == (5.0, 1) and math.isnan(iv.lo) and math.isnan(iv.std)
+    assert t_interval([]).n == 0 and math.isnan(t_interval([]).mean)
+
+
+def test_holm_known_numbers():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    adj = holm([float("nan"), 0.2])
+    assert math.isnan(adj[0]) and adj[1] == pytest.approx(0.2)
+
+
+def test_aggregate_and_paired_test_on_the_recorded_runs():
+    data = from_recorded(FIXTURE)
+    agg = aggregate(data.runs, ["reward_gold", "kl_true"]).set_index("regime")
+    assert agg.loc["full", "n_runs"] == 3 and agg.loc["int8", "n_runs"] == 3  # the failed int8 run is not data
+    assert agg.loc["full", "reward_gold_mean"] == pytest.approx(2.0)
+    assert agg.loc["full", "reward_gold_hi"] == pytest.approx(2.0 + 4.302652729911275 / math.sqrt(3))
+    assert agg.loc["int8", "seeds"] == "0,1,2"
+
+    cmp = paired_vs_baseline(data.runs, "reward_gold").set_index("regime")
+    row = cmp.loc["int8"]  # differences 1, 2, 2: mean 5/3, sd 1/sqrt(3): t = 5, df = 2
+    assert row["n_pairs"] == 3
+    assert row["diff_mean"] == pytest.approx(5 / 3)
+    assert row["t"] == pytest.approx(5.0)
+    assert row["p"] == pytest.approx(0.037749551350623, rel=1e-6)
+    assert row["d_z"] == pytest.approx((5 / 3) / (1 / math.sqrt(3)))
+    assert row["note"] == "differs"
+
+
+def test_identical_and_unpaired_regimes_are_not_tested():
+    data = from_recorded(FIXTURE)
+    runs = data.runs.copy()
+    same = runs[runs["regime"] == "full"].assign(regime="snapshot")
+    import pandas as pd
+
+    cmp = paired_vs_baseline(pd.concat([runs, same]), "kl_true").set_index("regime")
+    assert cmp.loc["snapshot", "note"] == "identical to the baseline in every seed"
+    assert math.isnan(cmp.loc["snapshot", "p"])
+    lone = runs[(runs["regime"] == "int8") & (runs["seed"] == 0)]
+    cmp = paired_vs_baseline(pd.concat([runs[runs["regime"] == "full"], lone]), "kl_true").set_index("regime")
+    assert cmp.loc["int8", "note"] == "n=1 paired seeds: no test"
