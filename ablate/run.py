@@ -77,6 +77,15 @@ def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float
     }
 
 
+def peak_rss_bytes() -> float:
+    """This process's peak resident memory so far (a reused launcher worker carries earlier jobs' peak)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(peak if sys.platform == "darwin" else peak * 1024)
+
+
 def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra: dict[str, Any]) -> dict[str, Any]:
     m = state.last_eval.metrics if state.last_eval is not None else {}
     summary: dict[str, Any] = {"status": state.status, "steps": state.steps}
@@ -93,6 +102,7 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
     for key, value in cost.items():  # regime-specific extras, e.g. ref_hit_rate, ref_distill_kl_heldout
         summary.setdefault(key.removeprefix("cost/"), value)
     summary["wall_s"] = wall_s
+    summary["peak_rss_bytes"] = peak_rss_bytes()
     reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}
     if state.first_eval is not None and state.first_eval.step == 0:
         reasons.update({f"{k}_step0": v for k, v in state.first_eval.nan_reasons.items()})

@@ -111,26 +111,7 @@ class CachedReference(Reference):
     def prepare_from_pairs(self, pairs) -> None:
         """For online algorithms: cache the preference pairs' sequences (chat template applied), the fixed
         dataset this regime can serve; freshly sampled responses then follow ``miss``."""
-        from ablate.models.sampling import chat_prompt_texts
-
-        tok = self.ctx.tokenizer
-        rows = []
-        for p in pairs or []:
-            prompt_ids = tok(chat_prompt_texts(tok, [p.prompt])[0], add_special_tokens=False)["input_ids"]
-            for response in (p.chosen, p.rejected):
-                resp_ids = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
-        batches = []
-        for i in range(0, len(rows), self.cfg.batch_size):
-            chunk = rows[i:i + self.cfg.batch_size]
-            width = max(len(r[0]) for r in chunk)
-            ids = torch.full((len(chunk), width), tok.pad_token_id)
-            att = torch.zeros((len(chunk), width), dtype=torch.long)
-            comp = torch.zeros((len(chunk), width), dtype=torch.long)
-            for j, (r, m) in enumerate(chunk):
-                ids[j, :len(r)], att[j, :len(r)], comp[j, :len(r)] = torch.tensor(r), 1, torch.tensor(m)
-            batches.append(TokenBatch(ids, att, comp))
-        self.prepare(batches)
+        self.prepare(pair_batches(self.ctx.tokenizer, pairs or [], self.cfg.batch_size))
 
     def _build(self, batches: list[TokenBatch], keys: list[str]) -> None:
         from safetensors.torch import save_file
@@ -221,3 +202,27 @@ class CachedReference(Reference):
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
         raise NotImplementedError("ref=cached stores only per-token log-probs of its dataset: it has no "
                                   "next-token distribution for fresh samples")
+
+
+def pair_batches(tok, pairs, batch_size: int) -> list[TokenBatch]:
+    """The pairs' chosen and rejected sequences (chat template applied, EOS after each response) as
+    right-padded batches with completion masks."""
+    from ablate.models.sampling import chat_prompt_texts
+
+    rows = []
+    for p in pairs:
+        prompt_ids = tok(chat_prompt_texts(tok, [p.prompt])[0], add_special_tokens=False)["input_ids"]
+        for response in (p.chosen, p.rejected):
+            resp_ids = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
+    batches = []
+    for i in range(0, len(rows), batch_size):
+        chunk = rows[i:i + batch_size]
+        width = max(len(r[0]) for r in chunk)
+        ids = torch.full((len(chunk), width), tok.pad_token_id)
+        att = torch.zeros((len(chunk), width), dtype=torch.long)
+        comp = torch.zeros((len(chunk), width), dtype=torch.long)
+        for j, (r, m) in enumerate(chunk):
+            ids[j, :len(r)], att[j, :len(r)], comp[j, :len(r)] = torch.tensor(r), 1, torch.tensor(m)
+        batches.append(TokenBatch(ids, att, comp))
+    return batches

@@ -1,0 +1,215 @@
+"""``python -m ablate.bench [overrides]``: every regime's cost side by side in one process, as ratios to
+``full``; the KL audit's cost; harness vs stock TRL step time; throughput against the matmul ceiling; peak
+memory per regime. Configured by ``conf/bench.yaml`` (Hydra overrides, e.g. ``model=tiny repeats=3``);
+writes ``<out>/<model>.md`` and ``<out>/<model>.csv``."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+log = logging.getLogger("ablate.bench")
+
+
+@dataclass
+class Pieces:
+    """What every measurement shares: model source, tokenizer, data."""
+
+    source: Any
+    tokenizer: Any
+    device: torch.device
+    load: Callable[..., torch.nn.Module]
+    pairs: list
+    prompts: list[str]
+    reward: Any
+    cache_root: Path
+
+
+def compose_bench(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from ablate.bench.config import register
+    from ablate.paths import config_dir
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="bench"):
+        raw = compose(config_name="bench", overrides=overrides)
+    GlobalHydra.instance().clear()
+    return OmegaConf.to_object(raw)
+
+
+def run_configs(regimes: list[str], overrides: list[str]) -> dict:
+    """The run config each regime would train with (the bench's model/task/algo overrides applied)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from ablate.config import validate
+    from ablate.paths import config_dir
+
+    keep = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] in ("model", "task", "algo", "seed")]
+    out = {}
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="bench"):
+        for r in regimes:
+            raw = compose(config_name="config", overrides=[*keep, f"ref={r}", "logger=none", "checkpoint.interval=0"])
+            raw.out_dir = "."
+            cfg = OmegaConf.to_object(raw)
+            validate(cfg)
+            out[r] = cfg
+    GlobalHydra.instance().clear()
+    return out
+
+
+def build_pieces(cfg) -> Pieces:
+    from ablate.config import value_of
+    from ablate.models.loading import load_model, load_tokenizer, resolve_device, resolve_source, tokenizer_fingerprint
+    from ablate.paths import cache_root
+    from ablate.tasks.pairs import PairSettings, load_or_generate_pairs, pair_key
+    from ablate.tasks.prompts import make_prompts
+    from ablate.tasks.reward import GoldReward
+
+    root = cache_root()
+    device = resolve_device(cfg.model.device)
+    source = resolve_source(cfg.model, root)
+    tok = load_tokenizer(source)
+    task = cfg.task
+    prompts = make_prompts(task.n_train, task.n_eval, task.n_test, seed=task.split_seed)
+    reward = GoldReward()
+
+    def load(**kw):
+        return load_model(source, device, **kw)
+
+    settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
+                            temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
+                            precision=value_of(cfg.model.precision))
+    key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tok),
+                   settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
+    pairs, _, _ = load_or_generate_pairs(root, key, load, tok, prompts["train"], reward, settings)
+    return Pieces(source, tok, device, load, pairs, prompts["train"], reward, root)
+
+
+def throughput(policy, pieces: Pieces, batch, dpo_step_s: float, matmul_n: int, precision: str) -> dict:
+    from ablate.bench.timing import matmul_ceiling, matmul_params
+    from ablate.models.sampling import sample
+
+    n = matmul_params(policy)
+    bf16, fp32 = matmul_ceiling(torch.bfloat16, matmul_n), matmul_ceiling(torch.float32, matmul_n)
+    tokens = float(batch.attention_mask.sum())
+    ref_tokens = tokens  # the reference forward in each step sees the same sequences
+    flops = 6.0 * n * tokens + 2.0 * n * ref_tokens
+    prompts = pieces.prompts[:8]
+    t0 = time.perf_counter()
+    (sb,) = sample(policy, pieces.tokenizer, prompts, max_new_tokens=32, temperature=1.0, batch_size=len(prompts),
+                   seed=0, precision=precision)
+    gen_s = time.perf_counter() - t0
+    gen_tokens = float(sum(sb.lengths))
+    sample_flops = 2.0 * n * gen_tokens / gen_s
+    return {"matmul_n": matmul_n, "threads": torch.get_num_threads(), "ceiling_bf16": bf16, "ceiling_fp32": fp32,
+            "matmul_params": n, "train_tokens": tokens, "train_flops": flops, "train_step_s": dpo_step_s,
+            "train_flops_per_s": flops / dpo_step_s, "train_fraction_bf16": flops / dpo_step_s / bf16,
+            "train_fraction_fp32": flops / dpo_step_s / fp32, "sample_tokens_per_s": gen_tokens / gen_s,
+            "sample_batch": len(prompts), "sample_flops_per_s": sample_flops, "sample_fraction_bf16": sample_flops / bf16}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    from ablate.bench import costs as costs_mod
+    from ablate.bench import report
+    from ablate.bench.peak_memory import peak_rss
+    from ablate.bench.trainers import harness_vs_trl
+    from ablate.config import value_of
+    from ablate.errors import AblateError
+    from ablate.refs.cached import pair_batches
+    from ablate.runtime import tune_allocator
+    from ablate.tracking.provenance import provenance
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    overrides = sys.argv[1:] if argv is None else argv
+    try:
+        bench = compose_bench(overrides)
+        configs = run_configs(bench.regimes, overrides)
+    except AblateError as e:
+        print(f"ablate.bench: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # Hydra composition errors: one line
+        from ablate.cli import _friendly
+
+        print(f"ablate.bench: error: {_friendly(e)}", file=sys.stderr)
+        return 2
+    tune_allocator()
+    if bench.threads:
+        torch.set_num_threads(bench.threads)
+    t_start = time.perf_counter()
+    base = configs.get("full") or next(iter(configs.values()))
+    pieces = build_pieces(base)
+    B = base.algo.batch_size
+    batch = pair_batches(pieces.tokenizer, pieces.pairs[:B], 2 * B)[0].to(pieces.device)
+
+    costs, refs = costs_mod.regime_costs(configs, pieces, batch, bench.repeats)
+    frame = pd.DataFrame([vars(c) for c in costs])
+    if bench.peak_memory:
+        keep = [o for o in overrides if o.split("=")[0].split(".")[0] in ("model", "task", "algo", "seed")]
+        peaks = {r: peak_rss(r, keep, bench.threads) for r in bench.regimes}
+        frame["peak_rss_bytes"] = [peaks[r][0] for r in frame["regime"]]
+        frame["peak_rss_note"] = [peaks[r][1] for r in frame["regime"]]
+    else:
+        frame["peak_rss_bytes"] = float("nan")
+
+    policy = pieces.load()
+    full_ref = refs.get("full") or costs_mod.build_regime(configs["full"], pieces)[0]
+    audit = costs_mod.audit_cost(full_ref, policy, batch, value_of(base.eval.scoring_precision), bench.repeats)
+    refs.clear()
+
+    trainers = {}
+    for algo in bench.trainers:
+        cfg = run_configs(["full"], [*overrides, f"algo={algo}", f"algo.max_steps={bench.trainer_steps}"])["full"]
+        log.info("bench: %s, harness vs stock TRL, %d rounds of %d steps", algo, bench.trainer_rounds, bench.trainer_steps)
+        trainers[algo] = harness_vs_trl(algo, cfg, pieces, bench.trainer_rounds)
+    dpo_step = trainers["dpo"]["harness_s"] if "dpo" in trainers else float("nan")
+    tp = throughput(policy, pieces, batch, dpo_step, bench.matmul_size, value_of(base.model.precision))
+
+    full_bytes = float(frame.set_index("regime").loc["full", "bytes_held"]) if "full" in set(frame["regime"]) else 0
+    emb = policy.get_input_embeddings().weight
+    emb_share = emb.numel() * emb.element_size() / full_bytes if full_bytes else float("nan")
+    notes = {
+        "quant": f"bitsandbytes quantises Linear layers only: the token embedding (tied to the LM head) stays in "
+                 f"full precision and is {emb_share:.0%} of the full reference's bytes",
+        "audit": "the audit materialises the full [batch, length, vocabulary] log-softmax in fp32 and sums "
+                 "p (log p - log q) over the whole vocabulary; a training forward keeps one log-prob per token "
+                 f"(TRL's fused LM head, in {value_of(base.model.precision)})",
+        "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "
+                      f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
+        "dpo_trainer": "", "grpo_trainer": "",
+    }
+    rows = report.targets(frame, audit, trainers, tp, notes)
+    prov = provenance()
+    hw = prov["hardware"]
+    header = [f"Generated by `python -m ablate.bench {' '.join(shlex.quote(o) for o in overrides)}` in "
+              f"{(time.perf_counter() - t_start) / 60:.1f} min. Code {prov['git_commit']}; torch {prov['versions']['torch']}, "
+              f"transformers {prov['versions']['transformers']}, trl {prov['versions']['trl']}, bitsandbytes "
+              f"{prov['versions']['bitsandbytes']}. Machine: {hw['cpu']}, {hw['cores']} cores, torch threads "
+              f"{hw['torch_threads']}{', GPU ' + hw['gpu'] if 'gpu' in hw else ', no GPU'}.",
+              "",
+              f"Batch: {B} preference pairs ({2 * B} sequences, {int(batch.attention_mask.sum())} tokens, padded to "
+              f"{batch.input_ids.shape[1]}), model precision {value_of(base.model.precision)}. Every time is a median "
+              f"of interleaved repeats ({bench.repeats} per regime) in this one process, so a busy machine slows all "
+              f"alike and the ratios hold better than the absolute times."]
+    md, csv = report.write(Path(bench.out), base.model.name, header, frame, audit, trainers, tp, rows)
+    print(f"ablate.bench: wrote {md} and {csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The benchmark's typed config (``conf/bench.yaml``): the model, task and algorithm groups of a run, plus
+what to measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from ablate.config import _check
+
+ALL_REGIMES = ["full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none"]
+
+
+@dataclass
+class BenchConfig:
+    model: Any = MISSING
+    task: Any = MISSING
+    algo: Any = MISSING
+    seed: int = 0
+    threads: Optional[int] = None  # torch threads (None: torch's default, all cores)
+    regimes: list[str] = field(default_factory=lambda: list(ALL_REGIMES))
+    repeats: int = 5  # timed reference calls per regime, interleaved across regimes (the median is reported)
+    trainer_steps: int = 3  # optimiser steps per harness / stock-TRL training round (the first is not timed)
+    trainer_rounds: int = 2  # alternating rounds harness, TRL, harness, TRL, ...
+    trainers: list[str] = field(default_factory=lambda: ["dpo", "grpo"])
+    peak_memory: bool = True  # one short run per regime in a subprocess, for its peak resident memory
+    matmul_size: int = 2048  # square matmul for the machine's ceiling
+    out: str = "reports/bench"  # writes <out>/<model>.md and <out>/<model>.csv
+
+    def __post_init__(self) -> None:
+        from ablate.refs import regime_class
+
+        for r in self.regimes:
+            regime_class(r)  # unknown regime: one clear error
+        _check(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
+        _check(self.trainer_steps >= 2, f"trainer_steps must be >= 2 (the first step is not timed), got {self.trainer_steps}")
+        _check(self.trainer_rounds >= 1, f"trainer_rounds must be >= 1, got {self.trainer_rounds}")
+        _check(set(self.trainers) <= {"dpo", "grpo"}, f"trainers must be among dpo, grpo, got {self.trainers}")
+
+
+def register() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    from ablate.config import register_configs
+
+    register_configs()
+    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)

@@ -1,0 +1,90 @@
+"""Per regime, in one process: setup time, reference bytes held, cache bytes on disk, the reference's
+time per training step (one call on a DPO batch: chosen and rejected sequences of ``algo.batch_size``
+pairs); and the exact full-vocabulary KL audit's cost against one reference forward."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ablate.bench.timing import interleaved
+from ablate.refs.base import TokenBatch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RegimeCost:
+    regime: str
+    setup_s: float
+    bytes_held: float
+    cache_bytes: float
+    step_s: float = float("nan")
+
+
+def build_regime(cfg, pieces) -> tuple[object, float]:
+    """The regime for a composed run config, and its setup wall time (construction + any precompute)."""
+    from ablate.models.loading import add_adapter
+    from ablate.refs import regime_class
+    from ablate.refs.base import RefContext
+    from ablate.config import value_of
+
+    policy = None
+    if cfg.model.adapter.enabled:  # ref=shared: the reference is the policy with its adapter off
+        policy = add_adapter(pieces.load(), cfg.model.adapter)
+    t0 = time.perf_counter()
+    ctx = RefContext(config=cfg, model_dir=str(pieces.source.path), model_fingerprint=pieces.source.fingerprint,
+                     tokenizer=pieces.tokenizer, device=pieces.device, policy=policy, load_model=pieces.load,
+                     train_data=pieces.pairs, cache_root=str(pieces.cache_root), precision=value_of(cfg.model.precision))
+    ref = regime_class(cfg.ref.name)(cfg.ref, ctx)
+    if hasattr(ref, "prepare_from_pairs"):  # ref=cached: the pairs' sequences, as DPO precomputes them
+        ref.prepare_from_pairs(pieces.pairs)
+    return ref, time.perf_counter() - t0
+
+
+def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tuple[list[RegimeCost], dict]:
+    refs, costs = {}, {}
+    for name, cfg in configs.items():
+        log.info("bench: setting up ref=%s", name)
+        ref, setup = build_regime(cfg, pieces)
+        c = ref.cost()
+        refs[name] = ref
+        costs[name] = RegimeCost(name, setup, float(c.bytes_held), float(c.cache_bytes))
+    log.info("bench: timing %d reference calls per regime, interleaved", repeats)
+    with torch.no_grad():
+        times = interleaved({n: (lambda r=r: r.logprobs(batch)) for n, r in refs.items()}, repeats)
+    for n, t in times.items():
+        costs[n].step_s = t
+    return list(costs.values()), refs
+
+
+def audit_cost(full_ref, policy, batch: TokenBatch, scoring_precision: str, repeats: int) -> dict[str, float]:
+    """The evaluator's exact KL (reference full-vocabulary log-softmax in the scoring precision, KL summed
+    over the vocabulary) against one reference forward as training makes it."""
+    from ablate.eval import kl as klm
+    from ablate.models.precision import autocast, unwrapped_forward
+    from ablate.refs.model_backed import next_token_logprobs
+
+    device = batch.input_ids.device
+    with torch.no_grad(), unwrapped_forward(policy):
+        with autocast(device, scoring_precision):
+            pol = torch.log_softmax(policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                           use_cache=False).logits[:, :-1].float(), dim=-1)
+
+    def audit():
+        with torch.no_grad(), autocast(device, scoring_precision):
+            true = next_token_logprobs(full_ref.model, batch)
+            return klm.sequence_sum(klm.exact_kl_per_token(pol, true), batch.target_mask)
+
+    def policy_forward():
+        with torch.no_grad(), unwrapped_forward(policy), autocast(device, scoring_precision):
+            return policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+
+    with torch.no_grad():
+        t = interleaved({"forward": lambda: full_ref.logprobs(batch), "audit": audit,
+                         "policy_forward": policy_forward}, repeats)
+    return {"ref_forward_s": t["forward"], "audit_s": t["audit"], "audit_with_policy_s": t["audit"] + t["policy_forward"],
+            "audit_ratio": t["audit"] / t["forward"], "audit_with_policy_ratio": (t["audit"] + t["policy_forward"]) / t["forward"]}

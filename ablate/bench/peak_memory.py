@@ -1,0 +1,30 @@
+"""Peak resident memory of a short run per regime: each in its own process (``python -m ablate``, two
+optimiser steps, one small evaluation), read from the run's ``summary.json`` (``peak_rss_bytes``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SHORT = ["algo.max_steps=2", "eval.at_start=false", "eval.interval=0", "task.n_eval=2", "logger=none",
+         "checkpoint.interval=0"]
+
+
+def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[float, str]:
+    """(peak bytes, '' or why it is missing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "ablate", *overrides, *SHORT, f"ref={regime}", f"hydra.run.dir={tmp}/run"]
+        if threads:
+            cmd.append(f"threads={threads}")
+        log.info("bench: peak memory of ref=%s (a short run in its own process)", regime)
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        f = Path(tmp) / "run" / "summary.json"
+        if res.returncode != 0 or not f.is_file():
+            return float("nan"), f"the run failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+        return float(json.loads(f.read_text())["peak_rss_bytes"]), ""
