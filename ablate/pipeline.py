@@ -94,7 +94,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     from ablate.refs import regime_class
     from ablate.refs.base import RefContext
     from ablate.tasks.heldout import heldout_texts
-    from ablate.tasks.pairs import PairSettings, load_or_generate_pairs, pair_key
+    from ablate.tasks.pairs import pairs_for_run
     from ablate.tasks.prompts import make_prompts
     from ablate.tasks.reward import GoldReward
     from ablate.tasks.safety import SafetyJudge
@@ -112,16 +112,11 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     def load(**kw):
         return load_model(source, device, **kw)
 
-    settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
-                            temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
-                            precision=value_of(cfg.model.precision))
-    key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-                   settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
     regime_cls = regime_class(cfg.ref.name)
     pairs = None
     learned = value_of(getattr(cfg.algo, "reward", "gold")) == "learned"
     if cfg.algo.name == "dpo" or regime_cls.needs_pairs or learned:
-        pairs, hit, entry = load_or_generate_pairs(root, key, load, tokenizer, prompts["train"], reward, settings)
+        pairs, hit, entry = pairs_for_run(cfg, root, source, tokenizer, prompts["train"], reward, load)
         extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
         log.info("%d preference pairs (%s)", len(pairs), "cache hit" if hit else "generated")
 

@@ -72,10 +72,9 @@ def run_configs(regimes: list[str], overrides: list[str]) -> dict:
 
 
 def build_pieces(cfg) -> Pieces:
-    from ablate.config import value_of
-    from ablate.models.loading import load_model, load_tokenizer, resolve_device, resolve_source, tokenizer_fingerprint
+    from ablate.models.loading import load_model, load_tokenizer, resolve_device, resolve_source
     from ablate.paths import cache_root
-    from ablate.tasks.pairs import PairSettings, load_or_generate_pairs, pair_key
+    from ablate.tasks.pairs import pairs_for_run
     from ablate.tasks.prompts import make_prompts
     from ablate.tasks.reward import GoldReward
 
@@ -90,12 +89,7 @@ def build_pieces(cfg) -> Pieces:
     def load(**kw):
         return load_model(source, device, **kw)
 
-    settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
-                            temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
-                            precision=value_of(cfg.model.precision))
-    key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tok),
-                   settings=settings, prompts=prompts["train"], reward_id=GoldReward.ID)
-    pairs, _, _ = load_or_generate_pairs(root, key, load, tok, prompts["train"], reward, settings)
+    pairs, _, _ = pairs_for_run(cfg, root, source, tok, prompts["train"], reward, load)
     return Pieces(source, tok, device, load, pairs, prompts["train"], reward, root)
 
 

@@ -100,6 +100,21 @@ def load_or_generate_pairs(cache_root: Path, key: dict, make_model, tokenizer, p
     return pairs, False, entry
 
 
+def pairs_for_run(cfg, cache_root: Path, source, tokenizer, train_prompts: list[str], reward, make_model):
+    """The run's preference pairs (settings from ``cfg.task``, ``cfg.seed`` and the model's precision):
+    ``(pairs, cache hit, cache entry)``."""
+    from ablate.config import value_of
+    from ablate.models.loading import tokenizer_fingerprint
+
+    task = cfg.task
+    settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
+                            temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
+                            precision=value_of(cfg.model.precision))
+    key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+                   settings=settings, prompts=train_prompts, reward_id=reward.ID)
+    return load_or_generate_pairs(cache_root, key, make_model, tokenizer, train_prompts, reward, settings)
+
+
 def pairs_dataset(pairs):
     """TRL's conversational preference format."""
     from datasets import Dataset

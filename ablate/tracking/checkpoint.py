@@ -61,7 +61,7 @@ def complete(path: Path, state: dict[str, Any], reference=None) -> None:
             torch.save(ref_state, tmp)
             tmp.replace(path / REFERENCE_STATE)
     atomic_write_json(path / MARKER, state)
-    for _, other in _steps(path.parent):
+    for _, other in _steps(path.parent.parent):  # <run>/checkpoints/checkpoint-N -> <run>
         if other != path:
             shutil.rmtree(other, ignore_errors=True)
 
