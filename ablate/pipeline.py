@@ -185,9 +185,13 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         if saved.get("trl_train_tokens") is not None:
             trainer._total_train_tokens = saved["trl_train_tokens"]
         log.info("resuming from %s (step %d)", path, saved["steps"])
+    from ablate.tracking.memory import phase_peak_bytes, reset_phase_peak
+
+    measuring = reset_phase_peak()  # training's own peak: models loaded, data ready, evaluations inside it
     try:
         trainer.train(resume_from_checkpoint=str(resume[0]) if resume is not None else None)
     finally:
+        extra["peak_rss_train_bytes"] = phase_peak_bytes(measuring)
         # the KL coefficient at the end: the controller's for PPO/GRPO, the fixed beta for DPO
         extra["kl_coef_final"] = float(trainer.beta)
     state.steps = trainer.state.global_step

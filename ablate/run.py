@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import Config, validate, value_of
+from ablate.tracking.memory import peak_rss_bytes
 from ablate.tracking.run_dir import RunFolder, to_python
 
 log = logging.getLogger(__name__)
@@ -75,15 +76,6 @@ def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float
         # regime-specific figures (hit rate, distillation KL, EMA updates, storage per position, ...)
         **{f"cost/ref_{k}": float(v) for k, v in c.extra.items() if isinstance(v, (int, float))},
     }
-
-
-def peak_rss_bytes() -> float:
-    """This process's peak resident memory so far (a reused launcher worker carries earlier jobs' peak)."""
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return float(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra: dict[str, Any]) -> dict[str, Any]:

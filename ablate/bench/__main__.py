@@ -157,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         keep = [o for o in overrides if o.split("=")[0].split(".")[0] in ("model", "task", "algo", "seed")]
         peaks = {r: peak_rss(r, keep, bench.threads) for r in bench.regimes}
         frame["peak_rss_bytes"] = [peaks[r][0] for r in frame["regime"]]
-        frame["peak_rss_note"] = [peaks[r][1] for r in frame["regime"]]
+        frame["peak_rss_train_bytes"] = [peaks[r][1] for r in frame["regime"]]
+        frame["peak_rss_note"] = [peaks[r][2] for r in frame["regime"]]
     else:
-        frame["peak_rss_bytes"] = float("nan")
+        frame["peak_rss_bytes"] = frame["peak_rss_train_bytes"] = float("nan")
 
     policy = pieces.load()
     full_ref = refs.get("full") or costs_mod.build_regime(configs["full"], pieces)[0]
@@ -180,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = {
         "quant": f"bitsandbytes quantises Linear layers only: the token embedding (tied to the LM head) stays in "
                  f"full precision and is {emb_share:.0%} of the full reference's bytes",
-        "audit": "the audit materialises the full [batch, length, vocabulary] log-softmax in fp32 and sums "
-                 "p (log p - log q) over the whole vocabulary; a training forward keeps one log-prob per token "
-                 f"(TRL's fused LM head, in {value_of(base.model.precision)})",
+        "audit": f"the audit runs the reference in eval.scoring_precision={value_of(base.eval.scoring_precision)} "
+                 f"(fp32 keeps the audit's own error far below the regimes' errors it measures), materialises the "
+                 f"[batch, length, vocabulary] log-softmax and sums p (log p - log q) over the whole vocabulary; a "
+                 f"training forward keeps one log-prob per token (TRL's fused LM head, in "
+                 f"{value_of(base.model.precision)}); the bf16 figure is below",
         "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "
                       f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
         "dpo_trainer": "", "grpo_trainer": "",

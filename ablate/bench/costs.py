@@ -74,8 +74,8 @@ def audit_cost(full_ref, policy, batch: TokenBatch, scoring_precision: str, repe
             pol = torch.log_softmax(policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                            use_cache=False).logits[:, :-1].float(), dim=-1)
 
-    def audit():
-        with torch.no_grad(), autocast(device, scoring_precision):
+    def audit(precision: str = scoring_precision):
+        with torch.no_grad(), autocast(device, precision):
             true = next_token_logprobs(full_ref.model, batch)
             return klm.sequence_sum(klm.exact_kl_per_token(pol, true), batch.target_mask)
 
@@ -85,6 +85,7 @@ def audit_cost(full_ref, policy, batch: TokenBatch, scoring_precision: str, repe
 
     with torch.no_grad():
         t = interleaved({"forward": lambda: full_ref.logprobs(batch), "audit": audit,
-                         "policy_forward": policy_forward}, repeats)
-    return {"ref_forward_s": t["forward"], "audit_s": t["audit"], "audit_with_policy_s": t["audit"] + t["policy_forward"],
+                         "audit_bf16": lambda: audit("bf16"), "policy_forward": policy_forward}, repeats)
+    return {"ref_forward_s": t["forward"], "audit_s": t["audit"], "audit_bf16_ratio": t["audit_bf16"] / t["forward"],
+            "audit_with_policy_s": t["audit"] + t["policy_forward"],
             "audit_ratio": t["audit"] / t["forward"], "audit_with_policy_ratio": (t["audit"] + t["policy_forward"]) / t["forward"]}

@@ -16,8 +16,8 @@ SHORT = ["algo.max_steps=2", "eval.at_start=false", "eval.interval=0", "task.n_e
          "checkpoint.interval=0"]
 
 
-def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[float, str]:
-    """(peak bytes, '' or why it is missing)."""
+def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[float, float, str]:
+    """(peak bytes of the whole run, peak bytes while training, '' or why they are missing)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "ablate", *overrides, *SHORT, f"ref={regime}", f"hydra.run.dir={tmp}/run"]
         if threads:
@@ -26,5 +26,6 @@ def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[fl
         res = subprocess.run(cmd, capture_output=True, text=True)
         f = Path(tmp) / "run" / "summary.json"
         if res.returncode != 0 or not f.is_file():
-            return float("nan"), f"the run failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
-        return float(json.loads(f.read_text())["peak_rss_bytes"]), ""
+            return float("nan"), float("nan"), f"the run failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+        s = json.loads(f.read_text())
+        return float(s["peak_rss_bytes"]), float(s.get("peak_rss_train_bytes", float("nan"))), ""

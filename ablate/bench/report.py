@@ -50,7 +50,7 @@ def write(out: Path, model: str, header: list[str], costs: pd.DataFrame, audit: 
     out.mkdir(parents=True, exist_ok=True)
     full = costs.set_index("regime").loc["full"] if "full" in set(costs["regime"]) else None
     c = costs.copy()
-    for col in ("bytes_held", "step_s", "setup_s", "cache_bytes", "peak_rss_bytes"):
+    for col in ("bytes_held", "step_s", "setup_s", "cache_bytes", "peak_rss_bytes", "peak_rss_train_bytes"):
         c[f"{col}_vs_full"] = c[col] / full[col] if full is not None and full[col] else float("nan")
     csv = out / f"{model}.csv"
     c.to_csv(csv, index=False)
@@ -60,20 +60,26 @@ def write(out: Path, model: str, header: list[str], costs: pd.DataFrame, audit: 
     for r in target_rows:
         lines.append(f"| {r['target']} | {_f(r['measured'])} | {r['bound']} | {r['result']} {r['by']} | {r['why']} |")
     lines += ["", "## Each regime, side by side (ratios to `full`)", "",
-              "| regime | ref. MiB held | x full | ref. ms / step | x full | setup s | cache MiB | peak RSS MiB | x full |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| regime | ref. MiB held | x full | ref. ms / step | x full | setup s | cache MiB | peak RSS MiB, run "
+              "| peak RSS MiB, training | x full |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in c.iterrows():
         lines.append(f"| `{r['regime']}` | {_f(r['bytes_held'] / MIB, '{:.1f}')} | {_f(r['bytes_held_vs_full'], '{:.3f}')} "
                      f"| {_f(r['step_s'] * 1000, '{:.1f}')} | {_f(r['step_s_vs_full'], '{:.3f}')} | "
                      f"{_f(r['setup_s'], '{:.2f}')} | {_f(r['cache_bytes'] / MIB, '{:.2f}')} | "
-                     f"{_f(r['peak_rss_bytes'] / MIB, '{:.0f}')} | {_f(r['peak_rss_bytes_vs_full'], '{:.2f}')} |")
+                     f"{_f(r['peak_rss_bytes'] / MIB, '{:.0f}')} | {_f(r['peak_rss_train_bytes'] / MIB, '{:.0f}')} | "
+                     f"{_f(r['peak_rss_train_bytes_vs_full'], '{:.2f}')} |")
+    lines += ["", "Peak RSS: one short run per regime in its own process (2 optimiser steps, one evaluation on 2 "
+              "prompts); *run* is the process's peak, *training* the peak from the start of training to its end "
+              "(models loaded, data ready; Linux VmHWM reset just before)."]
     lines += ["", "## The exact KL audit", "",
               f"One reference forward as training makes it (token log-probs, training precision): "
               f"{_f(audit['ref_forward_s'] * 1000, '{:.1f}')} ms. The audit (the full reference's "
               f"full-vocabulary log-softmax in the scoring precision and the KL summed over the vocabulary): "
               f"{_f(audit['audit_s'] * 1000, '{:.1f}')} ms = **{_f(audit['audit_ratio'], '{:.2f}')}x**; with the "
               f"policy's own full-vocabulary forward, which the evaluator needs anyway for its other metrics: "
-              f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x.", "",
+              f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x. The same audit with bf16 compute (exp/log and the "
+              f"sum still in fp32): {_f(audit['audit_bf16_ratio'], '{:.2f}')}x.", "",
               "## Harness vs stock TRL (same model, data and settings; median s/step, first step of each round untimed)", "",
               "| algorithm | harness s/step | stock TRL s/step | harness / TRL | steps timed each |", "|---|---|---|---|---|"]
     for algo, t in trainers.items():
