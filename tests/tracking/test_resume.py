@@ -23,8 +23,8 @@ ALGOS = {  # each with a reference or controller whose state must survive the re
     "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
 }
 # wall-clock figures differ between any two runs; everything else must not
-TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second")
-OTHER = ("pairs_cache_hit", "resumed_from_step",
+TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second", "peak_rss")
+OTHER = ("pairs_cache_hit", "resumed_from_step", "provenance",
          # the HF Trainer's end-of-training average loss covers the steps of the last attempt only
          "train/train_loss")
 
