@@ -86,7 +86,8 @@ def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
 
 def _provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     """Commits, versions and hardware as the runs recorded them."""
-    commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()))
+    have_summary = runs[runs["status"] != "unfinished"]
+    commits = sorted(set(have_summary.get("git_commit", pd.Series(dtype=str)).dropna()))
     versions, hardware = {}, {}
     for p in paths:
         f = Path(p) / "summary.json"
