@@ -66,7 +66,8 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
 
 
 def _launcher_check(argv: list[str]) -> None:
-    """Required launcher settings (e.g. the SLURM partition) are missing: one line, before anything runs."""
+    """The launcher overrides compose (a misspelt ``hydra.launcher.*`` key, a missing required value): one
+    line, before anything runs."""
     from hydra import compose
     from omegaconf import OmegaConf
 
@@ -207,13 +208,12 @@ def _hydra_main() -> None:
             return {"status": "failed"}
         print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json", flush=True)
         if not sweeping and summary["status"] != "finished":
-            _OUTCOME["not_finished"] = 1
+            from ablate.sweep.report import OUTCOME
+
+            OUTCOME["not_finished"] = 1
         return summary
 
     _app()
-
-
-_OUTCOME = {"not_finished": 0}  # a single run that diverged; a sweep's count is ablate.sweep.report.OUTCOME
 
 
 def main() -> None:
@@ -239,7 +239,7 @@ def main() -> None:
     _hydra_main()
     from ablate.sweep.report import OUTCOME
 
-    if _OUTCOME["not_finished"] or OUTCOME["not_finished"]:
+    if OUTCOME["not_finished"]:  # a sweep's jobs that did not finish, or a single run that diverged
         sys.exit(1)
 
 

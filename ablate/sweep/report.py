@@ -10,7 +10,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-#: set by the callback; ``python -m ablate`` exits with 1 when it is non-zero
+#: set by the callback (or by a single run that did not finish); ``python -m ablate`` exits 1 when non-zero
 OUTCOME: dict[str, int] = {"not_finished": 0}
 
 
