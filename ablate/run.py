@@ -24,12 +24,12 @@ SUMMARY_FROM_METRICS = {
     "win_rate": "eval/win_rate", "win_rate_lo": "eval/win_rate_lo", "win_rate_hi": "eval/win_rate_hi",
     "reward_gold": "eval/reward_gold", "reward_gold_sft": "eval/reward_gold_sft", "reward_proxy": "eval/reward_proxy",
     "kl_true": "kl/true", "kl_true_k1": "kl/true_k1", "kl_true_k3": "kl/true_k3",
-    "kl_approx": "kl/approx", "kl_abs_err": "kl/abs_err", "kl_rel_err": "kl/rel_err",
+    "kl_approx": "kl/approx", "kl_abs_err": "kl/abs_err",
     "logp_mae": "kl/logp_mae", "logp_rmse": "kl/logp_rmse", "logp_max_err": "kl/logp_max_err",
     "ppl": "eval/ppl", "length": "eval/length", "rep_2": "eval/rep_2", "distinct_2": "eval/distinct_2",
     "unsafe_rate": "eval/unsafe_rate",
 }
-STEP0_KEYS = ("kl_true", "kl_approx", "kl_abs_err", "kl_rel_err", "logp_mae", "logp_rmse", "logp_max_err")
+STEP0_KEYS = ("kl_true", "kl_approx", "kl_abs_err", "logp_mae", "logp_rmse", "logp_max_err")
 NAN = float("nan")
 
 

@@ -68,7 +68,7 @@ def frontier(curves: pd.DataFrame, path: Path) -> Path:
 
 
 def kl_error(runs: pd.DataFrame, path: Path) -> Path:
-    """True vs approximate KL per run at the end, and the absolute error at step 0 and at the end."""
+    """True KL vs the stand-in divergence per run at the end, and their absolute difference at step 0 and at the end."""
     done = runs[runs["status"] == "finished"]
     colors = regime_colors(done["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -82,12 +82,12 @@ def kl_error(runs: pd.DataFrame, path: Path) -> Path:
             ax.scatter(g["kl_true"], g["kl_approx"], color=colors[r], label=r, s=22)
     if len(pos):
         lo, hi = float(pos.min().min()) / 2, float(pos.max().max()) * 2
-        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="approx = true")
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="stand-in = true")
         ax.set_xscale("log")
         ax.set_yscale("log")
     ax.set_xlabel("true KL at the end (nats per response)")
-    ax.set_ylabel("approximate KL at the end (nats per response)")
-    ax.set_title("what the run believed vs the truth (one point per run)")
+    ax.set_ylabel("stand-in divergence KL(policy || regime ref) at the end")
+    ax.set_title("divergence from the stand-in vs from the full reference (one point per run)")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
 
@@ -102,8 +102,8 @@ def kl_error(runs: pd.DataFrame, path: Path) -> Path:
                alpha=0.55 if label == "step 0" else 1.0, edgecolor="black", lw=0.5)
     ax.set_xticks(x, regs, rotation=30, ha="right")
     ax.set_yscale("symlog", linthresh=1e-3)
-    ax.set_ylabel("|approx KL - true KL| (nats per response)")
-    ax.set_title("KL error by regime (pale: step 0, solid: end; mean over seeds)")
+    ax.set_ylabel("|stand-in div. - true KL| (nats per response)")
+    ax.set_title("stand-in divergence error by regime (pale: step 0, solid: end; mean over seeds)")
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
@@ -119,7 +119,7 @@ def _pareto_front(xs, ys) -> list[int]:
 
 
 def pareto(agg: pd.DataFrame, path: Path) -> Path:
-    """Cost (reference bytes, reference time per step) against fidelity (KL error at the end)."""
+    """Cost (reference bytes, reference time per step) against fidelity (|stand-in divergence - true KL| at the end)."""
     a = agg[agg["kl_abs_err_mean"].notna()].reset_index(drop=True)
     colors = regime_colors(a["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -140,7 +140,7 @@ def pareto(agg: pd.DataFrame, path: Path) -> Path:
             ax.legend(fontsize=8)
         ax.set_yscale("symlog", linthresh=1e-3)
         ax.set_xlabel(label)
-        ax.set_ylabel("|approx KL - true KL| at the end (nats)")
+        ax.set_ylabel("|stand-in div. - true KL| at the end (nats)")
         ax.grid(alpha=0.3)
     axes[0].set_title("memory vs fidelity (lower left is better)")
     axes[1].set_title("time vs fidelity (lower left is better)")
@@ -169,7 +169,7 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
     axes[1].set_yscale("symlog", linthresh=1e-2)
     axes[1].set_xlabel("optimiser step")
     axes[1].set_ylabel("KL (nats per response)")
-    axes[1].set_title("true KL (solid) and the regime's own estimate (dotted)")
+    axes[1].set_title("true KL (solid) and the stand-in divergence (dotted)")
     for ax in axes:
         ax.grid(alpha=0.3)
     return _save(fig, path)

@@ -17,13 +17,13 @@ from analysis.stats import aggregate, paired_vs_baseline
 
 MIB = 2**20
 # (summary column, header, unit scale)
-FIDELITY = [("kl_abs_err_step0", "KL error, step 0", 1), ("kl_abs_err", "KL error, end", 1),
-            ("kl_true", "true KL", 1), ("kl_approx", "approx. KL", 1), ("ref_bytes", "ref. MiB", MIB),
+FIDELITY = [("kl_abs_err_step0", "stand-in error, step 0", 1), ("kl_abs_err", "stand-in error, end", 1),
+            ("kl_true", "true KL", 1), ("kl_approx", "stand-in div.", 1), ("ref_bytes", "ref. MiB", MIB),
             ("ref_ms_per_step", "ref. ms/step", 1)]
 BEHAVIOUR = [("win_rate", "win rate", 1), ("reward_gold", "gold reward", 1), ("ppl", "perplexity", 1),
              ("length", "length", 1), ("rep_2", "rep. bigrams", 1), ("unsafe_rate", "unsafe rate", 1)]
 COMPARED = ["kl_true", "win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"]
-METRICS = sorted({c for c, _, _ in FIDELITY + BEHAVIOUR} | {"reward_gold_sft", "distinct_2", "kl_rel_err", "logp_mae",
+METRICS = sorted({c for c, _, _ in FIDELITY + BEHAVIOUR} | {"reward_gold_sft", "distinct_2", "logp_mae",
                                                               "ref_setup_s", "ref_cache_bytes", "wall_s"})
 
 
@@ -104,7 +104,7 @@ def findings(cmp: pd.DataFrame, agg: pd.DataFrame, baseline: str) -> list[str]:
     for _, row in _ordered(agg).iterrows():
         e0, e1 = row.get("kl_abs_err_step0_mean", math.nan), row.get("kl_abs_err_mean", math.nan)
         if row["regime"] != baseline and math.isfinite(e1):
-            out.append(f"`{row['regime']}` ({row['condition']}): the KL the run trained against is off by "
+            out.append(f"`{row['regime']}` ({row['condition']}): the stand-in divergence differs from the true KL by "
                        f"{_num(e0)} nats at step 0 and {cell(row, 'kl_abs_err')} at the end "
                        f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seeds).")
     for _, r in cmp.iterrows():
@@ -163,7 +163,12 @@ def write_report(data: Runs, out: Path, command: str, title: str, baseline: str 
               "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
               "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
               f"- statistics: mean over seeds [95% Student-t interval]; comparisons with `{baseline}` paired by "
-              "seed (paired t-test, Holm-adjusted over regimes, Cohen's d_z). KL in nats per response.", ""]
+              "seed (paired t-test, Holm-adjusted over regimes, Cohen's d_z). KL in nats per response.",
+              "- `stand-in div.` is the exact KL from the policy to the regime's own reference on the policy's "
+              "fresh evaluation samples; the *true KL* is the same against the full reference. For DPO the "
+              "stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "
+              "training pairs). Per-run win rates carry a 95% Wilson interval counting ties as half a win: valid, "
+              "but conservative.", ""]
 
     lines += ["## Jobs that did not finish", ""]
     bad = data.problems()
@@ -195,12 +200,15 @@ def write_report(data: Runs, out: Path, command: str, title: str, baseline: str 
     captions = {
         "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
                     "(the DPO paper's frontier; up and to the left is better).",
-        "kl_error": "Left: the approximate KL each run trained against vs the true KL (log-log; on the dashed "
-                    "line the stand-in is exact). Right: the absolute KL error per regime at step 0 and at the end.",
+        "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "
+                    "policy's fresh evaluation samples) vs the true KL to the full reference (log-log; on the dashed "
+                    "line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
+                    "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| "
+                    "per regime at step 0 and at the end.",
         "pareto": "Cost against fidelity: reference memory and reference time per training step vs the KL "
-                  "error at the end (error bars: 95% t-intervals over seeds). Regimes without an approximate KL "
+                  "error at the end (error bars: 95% t-intervals over seeds). Regimes without a stand-in divergence "
                   "(no reference, or no distribution for fresh samples) are absent.",
-        "training": "Training loss, and the true KL (solid) with the regime's own estimate (dotted), over training.",
+        "training": "Training loss, and the true KL (solid) with the stand-in divergence (dotted), over training.",
         "drift": "Response length, repetition, unsafe rate and held-out perplexity over training.",
     }
     for name, path in figs.items():

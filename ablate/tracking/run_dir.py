@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 __all__ = [
+    "SUMMARY_DOCS",
     "SUMMARY_KEYS",
     "STATUSES",
     "RunFolder",
@@ -40,7 +41,6 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "kl_true",
     "kl_approx",
     "kl_abs_err",
-    "kl_rel_err",
     "ppl",
     "length",
     "rep_2",
@@ -51,6 +51,42 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "wall_s",
 )
 STATUSES: tuple[str, ...] = ("finished", "failed", "diverged")
+
+#: What each summary key measures (units: nats are summed over a response, then averaged over responses).
+#: ``<key>_step0`` is the same figure at step 0, where the policy is the SFT model.
+SUMMARY_DOCS: dict[str, str] = {
+    "status": "finished | failed | diverged",
+    "steps": "optimiser steps completed",
+    "win_rate": "share of evaluation prompts whose policy response beats the SFT model's by gold reward "
+                "(ties count half)",
+    "win_rate_lo": "95% Wilson interval, lower end (valid but conservative with half ties)",
+    "win_rate_hi": "95% Wilson interval, upper end (valid but conservative with half ties)",
+    "reward_gold": "mean gold reward (VADER compound) of the policy's evaluation responses",
+    "reward_gold_sft": "mean gold reward of the SFT model's responses to the same prompts",
+    "reward_proxy": "mean learned (proxy) reward of the policy's responses; NaN when the run trains on gold",
+    "kl_true": "true KL: exact KL(policy || full reference) per response token, summed over each sampled "
+               "response and averaged (float64 log-softmax); the judge of truth, whatever the regime",
+    "kl_true_k1": "Schulman's k1 estimate of kl_true from the sampled tokens (unbiased, can be negative)",
+    "kl_true_k3": "Schulman's k3 estimate of kl_true from the sampled tokens (unbiased, >= 0)",
+    "kl_approx": "stand-in divergence: exact KL(policy || the regime's reference) on the same fresh evaluation "
+                 "samples. It is the KL a KL-penalised algorithm (PPO/GRPO) would see; DPO never computes a KL "
+                 "and consumes only sequence log-probs of its training pairs, so for DPO it describes the "
+                 "stand-in, not what training used. NaN where the stand-in has no next-token distribution "
+                 "(cached) or there is none (none)",
+    "kl_abs_err": "|kl_approx - kl_true| (nats per response)",
+    "logp_mae": "mean absolute error of the stand-in's per-token log-probs against the full reference's, on the "
+                "policy's evaluation samples",
+    "logp_rmse": "root-mean-square of the same per-token log-prob error",
+    "logp_max_err": "largest absolute per-token log-prob error",
+    "ppl": "perplexity of the policy on held-out plain text",
+    "length": "mean response length in tokens (EOS included; capped at task.max_new_tokens)",
+    "rep_2": "mean share of repeated bigrams within a response",
+    "distinct_2": "distinct bigrams over all bigrams across the responses",
+    "unsafe_rate": "share of responses the safety judge scores at or above task.unsafe_threshold",
+    "ref_bytes": "bytes the reference holds in memory (weights, adapters, caches)",
+    "ref_ms_per_step": "reference time per optimiser step (training calls only, not audits)",
+    "wall_s": "wall time of the job, earlier attempts of a resumed job included",
+}
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
