@@ -1,4 +1,8 @@
-"""``ref=int8``: a bitsandbytes LLM.int8() copy of the SFT model (weights int8, outlier features in 16 bit)."""
+"""``ref=int8``: a bitsandbytes LLM.int8() copy of the SFT model (weights int8, outlier features in 16 bit).
+
+LLM.int8() picks its outlier columns over the whole batch, so sequences are scored one at a time
+(:class:`ablate.refs.quantized.QuantizedReference`).
+"""
 
 from __future__ import annotations
 

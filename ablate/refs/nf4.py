@@ -1,4 +1,8 @@
-"""``ref=nf4``: a bitsandbytes 4-bit copy of the SFT model (NF4 by default, FP4 as an option)."""
+"""``ref=nf4``: a bitsandbytes 4-bit copy of the SFT model (NF4 by default, FP4 as an option).
+
+Its low-precision compute rounds differently with the batch's shape and padding, so sequences are scored
+one at a time (:class:`ablate.refs.quantized.QuantizedReference`).
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """``ref=none``: reference-free training, optionally with weaker constraints instead of an anchor.
 
-DPO: the reference log-ratio is zero (``loss=simpo`` uses TRL's length-normalised ``sigmoid_norm`` loss,
-which with a zero reference is SimPO without its margin term). PPO/GRPO: beta = 0. Weaker constraints:
+DPO: the reference log-ratio is zero. ``loss=simpo`` trains with SimPO instead (Meng et al. 2024, see
+:mod:`ablate.algos.simpo`): length-normalised log-probs with SimPO's own ``simpo_beta`` (not ``algo.beta``)
+and target margin ``simpo_gamma``. PPO/GRPO: beta = 0 (``loss=simpo`` is DPO only). Weaker constraints:
 ``sft_weight`` adds an SFT (replay) loss on the chosen responses; ``l2_init`` adds
 ``l2_init * ||theta - theta_0||^2`` over the trained parameters (this keeps a copy of them, counted in
 ``ref_bytes``).
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ablate.algos.simpo import SimPOParams
 from ablate.config import RefConfig, _check
 from ablate.refs.base import Reference, TokenBatch, register
 
@@ -21,11 +23,15 @@ from ablate.refs.base import Reference, TokenBatch, register
 class NoneRefConfig(RefConfig):
     name: str = "none"
     loss: str = "dpo"  # dpo | simpo (DPO only)
+    simpo_beta: float = 2.0  # SimPO's beta (the paper uses 2-2.5); loss=simpo only, replaces algo.beta
+    simpo_gamma: float = 1.0  # SimPO's target reward margin (the paper: gamma / beta about 0.5)
     sft_weight: float = 0.0
     l2_init: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.loss in ("dpo", "simpo"), f"ref.loss must be dpo or simpo, got {self.loss!r}")
+        _check(self.simpo_beta > 0, f"ref.simpo_beta must be > 0, got {self.simpo_beta}")
+        _check(self.simpo_gamma >= 0, f"ref.simpo_gamma must be >= 0, got {self.simpo_gamma}")
         _check(self.sft_weight >= 0, f"ref.sft_weight must be >= 0, got {self.sft_weight}")
         _check(self.l2_init >= 0, f"ref.l2_init must be >= 0, got {self.l2_init}")
 
@@ -38,6 +44,11 @@ class NoReference(Reference):
         super().__init__(cfg, ctx)
         self._init_params: list[tuple[torch.nn.Parameter, torch.Tensor]] | None = None
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        _check(cfg.ref.loss == "dpo" or cfg.algo.name == "dpo",
+               f"ref.loss={cfg.ref.loss} is a DPO loss: it does nothing with algo={cfg.algo.name} (drop it)")
+
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1, device=batch.input_ids.device)
 
@@ -49,6 +60,12 @@ class NoReference(Reference):
         if self.cfg.sft_weight > 0:
             return types + ["sft"], [1.0, self.cfg.sft_weight]
         return types, None
+
+    def simpo(self) -> SimPOParams | None:
+        """SimPO's beta and margin when DPO trains with ``loss=simpo``, else None."""
+        if self.cfg.loss != "simpo":
+            return None
+        return SimPOParams(beta=self.cfg.simpo_beta, gamma=self.cfg.simpo_gamma)
 
     def extra_loss(self, policy: torch.nn.Module) -> torch.Tensor | None:
         if self.cfg.l2_init <= 0:

@@ -94,3 +94,88 @@ def test_none_regime_uses_no_reference_term(tmp_path, tiny_source, tokenizer, re
     first = trainer.state.log_history[0]
     # with a zero reference the implicit reward is beta * log pi(y): not 0 at step 0, unlike with a reference
     assert first["rewards/chosen"] == pytest.approx(0.1 * first["logps/chosen"], rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------ SimPO
+def test_simpo_loss_matches_a_hand_computation():
+    from ablate.algos.simpo import SimPOParams, simpo_loss
+
+    chosen, rejected = torch.tensor([-12.0, -30.0]), torch.tensor([-20.0, -9.0])
+    len_w, len_l = torch.tensor([4.0, 10.0]), torch.tensor([5.0, 3.0])
+    got = simpo_loss(chosen, rejected, len_w, len_l, SimPOParams(beta=2.0, gamma=1.0))
+    # pair 0: 2*(-3) - 2*(-4) - 1 = 1;  pair 1: 2*(-3) - 2*(-3) - 1 = -1
+    want = [math.log1p(math.exp(-1.0)), math.log1p(math.exp(1.0))]
+    assert got.tolist() == pytest.approx(want, rel=1e-6)
+
+
+def test_simpo_margin_turns_trl_sigmoid_norm_into_simpo():
+    """TRL's sigmoid_norm formula with the margin in the reference slot is SimPO's loss."""
+    import torch.nn.functional as F
+
+    from ablate.algos.simpo import SimPOParams, completion_lengths, margin_reference, simpo_loss
+
+    p = SimPOParams(beta=2.5, gamma=1.4)
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1]])
+    lp_w, lp_l = torch.tensor([-7.0, -2.0]), torch.tensor([-5.0, -9.0])
+    ref_w, ref_l = margin_reference(mask, p)
+    len_w, len_l = completion_lengths(mask)
+    assert len_w.tolist() == [3, 3] and len_l.tolist() == [2, 4]
+    trl = -F.logsigmoid(p.beta * ((lp_w - ref_w) / len_w - (lp_l - ref_l) / len_l))  # TRL's sigmoid_norm
+    assert torch.allclose(trl, simpo_loss(lp_w, lp_l, len_w, len_l, p), atol=1e-6)
+
+
+def test_simpo_beta_and_gamma_come_from_the_ref_config_not_algo_beta(tmp_path, ref_ctx):
+    from ablate.algos.dpo import trl_args
+    from ablate.algos.simpo import SimPOParams
+    from ablate.errors import ConfigError
+    from ablate.refs.none import NoReference
+    from tests.conftest import typed_config
+
+    cfg = typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", "ref.simpo_beta=2.5",
+                       "ref.simpo_gamma=1.25", "algo.beta=0.1")
+    ref = NoReference(cfg.ref, ref_ctx)
+    assert ref.simpo() == SimPOParams(beta=2.5, gamma=1.25)
+    args = trl_args(cfg, tmp_path, torch.device("cpu"), ref)
+    assert args.beta == 2.5 and args.loss_type == ["sigmoid_norm"]
+    plain = typed_config(tmp_path, "model=tiny", "ref=none", "algo.beta=0.1")
+    assert trl_args(plain, tmp_path, torch.device("cpu"), NoReference(plain.ref, ref_ctx)).beta == 0.1
+    for bad in ("ref.simpo_beta=0", "ref.simpo_gamma=-1"):
+        with pytest.raises(ConfigError, match="simpo"):
+            typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", bad)
+    from ablate.config import validate
+
+    with pytest.raises(ConfigError, match="DPO loss"):
+        validate(typed_config(tmp_path, "model=tiny", "algo=grpo", "ref=none", "ref.loss=simpo"))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, tokenizer, ref_ctx):
+    """A DPO step with ref=none loss=simpo (algo.beta=0.1): its loss is SimPO's, with SimPO's beta and
+    margin, on the initial model's log-probs."""
+    from ablate.algos.dpo import trl_args
+    from ablate.algos.simpo import SimPOParams, completion_lengths, simpo_loss
+    from ablate.refs.base import TokenBatch
+    from ablate.refs.model_backed import token_logprobs
+    from ablate.refs.none import NoReference
+    from tests.conftest import typed_config
+
+    cpu = torch.device("cpu")
+    cfg = typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", "ref.simpo_beta=2.0",
+                       "ref.simpo_gamma=1.0", "algo.beta=0.1", "algo.batch_size=4", "algo.max_steps=1",
+                       "algo.learning_rate=1e-3", "checkpoint.interval=0")
+    ref = NoReference(cfg.ref, ref_ctx)
+    make = _dpo_trainer_cls()
+    trainer = make(model=load_model(tiny_source, cpu), args=trl_args(cfg, tmp_path, cpu, ref),
+                   train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer, reference=ref)
+    b = next(iter(trainer.get_train_dataloader()))  # batch_size 4: the first batch holds every pair
+    batch = TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
+    logps = token_logprobs(load_model(tiny_source, cpu), batch).sum(dim=1)
+    want = simpo_loss(*logps.chunk(2), *completion_lengths(batch.completion_mask),
+                      SimPOParams(beta=2.0, gamma=1.0)).mean().item()
+    trainer.train()
+    losses = _losses(trainer)
+    assert len(losses) == 1 and losses[0] == pytest.approx(want, rel=1e-4)
+    assert want > 1.0  # about -log sigmoid(-gamma) = 1.31 at the start; DPO's beta and no margin give ~log 2
+    with pytest.raises(ValueError, match="simpo"):  # arguments that would train another loss are refused
+        make(model=load_model(tiny_source, cpu), args=_args(tmp_path / "stock", precompute=True),
+             train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer, reference=ref)
