@@ -7,13 +7,14 @@ input gets one clear line and exit code 2 before any model loads.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import itertools
 import logging
 import os
 import sys
 
-from ablate.errors import AblateError, ConfigError, MissingAsset
+from ablate.errors import CFG_HINT, AblateError, ConfigError, MissingAsset, one_line, parse_error, sweep_hint
 from ablate.paths import config_dir
 
 CONFIG_NAME = "config"
@@ -27,6 +28,11 @@ REQUIRED = {
     "profanity_check": ("alt-profanity-check==1.9.1", "the safety judge"),
     "gguf": ("gguf", "reading SmolLM2's GGUF file"),
 }
+# imported while composing, before check_packages can look (a missing one is named, not traced)
+COMPOSE_TIME = {"hydra": ("hydra-core==1.3.8", "the command line"), "omegaconf": ("hydra-core==1.3.8", "configs"),
+                "huggingface_hub": ("transformers==5.24.0", "models")}
+
+_friendly = one_line  # the name ablate.bench imports
 
 
 def _is_flag(arg: str) -> bool:
@@ -53,6 +59,7 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
     params = [f"{k}={v}" for k, v in presets.grid(presets.selected(args)).items()] if multirun else []
     choices: dict[str, list[str]] = {}
     for ov in OverridesParser.create().parse_overrides(params + args):
+        _check_shape(ov, multirun)
         key = ov.get_key_element()
         if multirun and ov.is_sweep_override():
             try:
@@ -63,6 +70,26 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
         else:
             choices[key] = [ov.input_line]
     return [list(c) for c in itertools.product(*choices.values())] if choices else [[]]
+
+
+def config_groups() -> list[str]:
+    """The config groups a job picks one option of (``conf/<group>/``)."""
+    return sorted(p.name for p in config_dir().iterdir() if p.is_dir() and p.name != "hydra")
+
+
+def _check_shape(ov, multirun: bool) -> None:
+    """One job takes one option per config group and one value per key: several values are a sweep (``-m``).
+    A list for a list-valued key (``model.adapter.target_modules=[q_proj,v_proj]``) is left to the schema."""
+    from hydra.core.override_parser.types import ValueType
+
+    key = ov.key_or_group
+    group = key in config_groups()
+    values = ov.input_line.partition("=")[2]
+    if ov.is_sweep_override() and not multirun:
+        also = "" if group else f" (for a list-valued key: {key}=[{values}])"
+        raise ConfigError(sweep_hint(key, values, group) + also)
+    if group and ov.value_type == ValueType.ELEMENT and isinstance(ov.value(), list) and len(ov.value()) > 1:
+        raise ConfigError(sweep_hint(key, ",".join(str(v) for v in ov.value()), group))
 
 
 def _launcher_check(argv: list[str]) -> None:
@@ -80,51 +107,6 @@ def _launcher_check(argv: list[str]) -> None:
         launcher = cfg.hydra.runtime.choices.get("hydra/launcher")
         raise ConfigError(f"hydra.launcher.{missing[0]} is required with hydra/launcher={launcher}: "
                           f"add hydra.launcher.{missing[0]}=...")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    msg = lines[0] if lines else type(e).__name__
-    full_key = next((ln for ln in lines if ln.startswith("full_key:")), None)
-    if full_key and full_key.split(":", 1)[1].strip() not in msg:
-        msg = f"{full_key.split(':', 1)[1].strip()}: {msg}"
-    return msg
-
-
-def _friendly(e: BaseException) -> str:
-    """One line from a Hydra/OmegaConf composition error."""
-    import re
-
-    text = str(e)
-    cause = e.__cause__ or e.__context__
-    if cause is not None:
-        text += "\n" + str(cause)
-    m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
-    if m:
-        group, value = m.groups()
-        options = sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
-        return f"unknown {group} {value!r} (choose from: {', '.join(options)})"
-    m = re.search(r"Could not override '([^']+)'", text)
-    if m and "No match in the defaults list" in text:
-        return f"unknown config group {m.group(1)!r}; groups are: model, task, algo, ref, logger"
-    m = re.search(r"Key '([^']+)' (?:is )?not in", text)
-    if m:
-        key = re.search(r"full_key: (\S+)", text) or re.search(r"Could not override '([^']+)'", text)
-        return (f"unknown key {key.group(1) if key else m.group(1)!r}; check the spelling, or list the keys with "
-                f"`python -m ablate --cfg job`")
-    m = re.search(r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)", text)
-    if m:
-        key = re.search(r"full_key: (\S+)", text) or re.search(r"override (\S+?)=", text)
-        return f"{key.group(1) if key else 'a value'}: {m.group(1)!r} is not a valid {m.group(2)}"
-    m = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", text)
-    if m:
-        key = re.search(r"full_key: (\S+)", text) or re.search(r"override (\S+?)=", text)
-        return f"{key.group(1) if key else 'a value'}: {m.group(1)!r} is not one of {m.group(2)}"
-    if "missing mandatory value" in text.lower():
-        key = re.search(r"full_key: (\S+)", text)
-        return f"{key.group(1) if key else 'a required value'} is required: set it on the command line ({key.group(1) if key else 'key'}=...)"
-    return _first_line(e)
 
 
 def check_packages(cfg) -> None:
@@ -146,41 +128,88 @@ def check_packages(cfg) -> None:
         gguf_path()
 
 
+def refuse_unknown_keys(raw) -> None:
+    """Raise ConfigError for the first key of a composed config that no schema defines (``+algo.betta=0.3``
+    composes without complaint: Hydra's ``+`` adds keys unchecked)."""
+    from ablate.config import unknown_keys
+
+    unknown = unknown_keys(raw)
+    if not unknown:
+        return
+    key, known = next(iter(unknown.items()))
+    parent, _, leaf = key.rpartition(".")
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f" (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else ""
+    raise ConfigError(f"unknown key {key!r}{hint}; keys the schema lacks are refused, with or without '+': "
+                      f"{CFG_HINT}")
+
+
+def check_job(overrides: list[str]) -> None:
+    """Compose one job and run every check that needs no model: schema, ranges, combinations, packages,
+    device, model source. Needs an initialised Hydra (see :func:`preflight`)."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    from ablate.config import validate
+    from ablate.models.loading import check_source
+
+    raw = compose(config_name=CONFIG_NAME, overrides=overrides)
+    refuse_unknown_keys(raw)
+    raw.out_dir = "."  # the hydra:runtime interpolation does not resolve outside a run
+    cfg = OmegaConf.to_object(raw)
+    validate(cfg)
+    check_packages(cfg)
+    check_source(cfg.model)
+
+
 def preflight(argv: list[str]) -> int:
-    """Compose and validate every job; returns the number of jobs. Raises AblateError (one line)."""
-    from hydra import compose, initialize_config_dir
+    """Compose and validate every job; returns the number of jobs. Raises AblateError (one line). Leaves
+    Hydra's global state as it found it: cleared."""
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from ablate.config import register_configs, validate
+    from ablate.config import register_configs
 
     register_configs()
     try:
         jobs = _job_overrides(argv)
     except HydraException as e:
-        raise ConfigError(f"cannot parse the command line: {_first_line(e)}") from None
+        raise ConfigError(parse_error(e)) from None
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="ablate"):
-        try:
-            _launcher_check(argv)
-        except (HydraException, OmegaConfBaseException, ValueError) as e:
-            raise ConfigError(_friendly(e)) from None
-        for overrides in jobs:
-            where = f" (job: {' '.join(overrides)})" if len(jobs) > 1 else ""
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="ablate"):
             try:
-                raw = compose(config_name=CONFIG_NAME, overrides=overrides)
-                raw.out_dir = "."  # the hydra:runtime interpolation does not resolve outside a run
-                cfg = OmegaConf.to_object(raw)
-                validate(cfg)
-                check_packages(cfg)
-            except AblateError as e:
-                raise type(e)(f"{e}{where}") from None
+                _launcher_check(argv)
             except (HydraException, OmegaConfBaseException, ValueError) as e:
-                raise ConfigError(f"{_friendly(e)}{where}") from None
-    GlobalHydra.instance().clear()
+                raise ConfigError(one_line(e)) from None
+            for overrides in jobs:
+                where = f" (job: {' '.join(overrides)})" if len(jobs) > 1 else ""
+                try:
+                    check_job(overrides)
+                except AblateError as e:
+                    raise type(e)(f"{e}{where}") from None
+                except (HydraException, OmegaConfBaseException, ValueError) as e:
+                    raise ConfigError(f"{one_line(e)}{where}") from None
+    finally:
+        GlobalHydra.instance().clear()
     return len(jobs)
+
+
+def missing_package(e: ModuleNotFoundError) -> MissingAsset | None:
+    """The one-line error for a package that an import needed while composing (None: not a known package)."""
+    name = (e.name or "").split(".")[0]
+    known = {**REQUIRED, **COMPOSE_TIME}
+    if name not in known:
+        return None
+    pip_name, why = known[name]
+    return MissingAsset(f"missing package {name!r} (needed for {why}); install it with: pip install {pip_name}")
+
+
+def _error_exit(message: str) -> None:
+    print(f"ablate: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _hydra_main() -> None:
@@ -220,9 +249,6 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     for noisy in ("bitsandbytes", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    from ablate.runtime import tune_allocator
-
-    tune_allocator()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     argv = sys.argv[1:]
@@ -231,8 +257,15 @@ def main() -> None:
         try:
             preflight(argv)
         except AblateError as e:
-            print(f"ablate: error: {e}", file=sys.stderr)
-            sys.exit(2)
+            _error_exit(str(e))
+        except ModuleNotFoundError as e:
+            missing = missing_package(e)
+            if missing is None:  # not a package a user installs: a bug, shown as one
+                raise
+            _error_exit(str(missing))
+    from ablate.runtime import tune_allocator
+
+    tune_allocator()
     from ablate.config import register_configs
 
     register_configs()

@@ -9,7 +9,8 @@ checks that span groups live in :func:`validate`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Optional
 
@@ -58,8 +59,8 @@ class ModelConfig:
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
 
     def __post_init__(self) -> None:
-        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
-               f"model.device must be auto, cpu or cuda[:N], got {self.device!r}")
+        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+               f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
 @dataclass
@@ -104,7 +105,9 @@ class TaskConfig:
         _check(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
         _check(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
         _check(1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}")
-        _check(self.temperature > 0, f"task.temperature must be > 0, got {self.temperature}")
+        _check(self.temperature == 1.0,
+               f"task.temperature must be 1.0, got {self.temperature}: evaluation's k1/k3 KL estimates and win "
+               f"rate need samples from the policy itself, and its log-probs are scored untempered")
         _check(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
         _check(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
         _check(0.0 <= self.unsafe_threshold <= 1.0,
@@ -360,3 +363,25 @@ def validate(cfg: Config) -> None:
            f"(supported: {', '.join(regime.supported_algos)})")
     if cfg.model.name == "hf":
         _check(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
+    from ablate.models.loading import check_device
+
+    check_device(cfg.model.device)
+
+
+def unknown_keys(node, prefix: str = "") -> dict[str, list[str]]:
+    """The dotted keys of a composed config that its schema does not define (Hydra's ``+key=value`` and a
+    ``_global_`` preset add such keys unchecked), each with the keys its schema does define there. Reads the
+    nodes without resolving interpolations."""
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.get_type(node)
+    known = [f.name for f in fields(schema)] if is_dataclass(schema) else None
+    found: dict[str, list[str]] = {}
+    for key in node.keys():
+        if known is not None and key not in known:
+            found[f"{prefix}{key}"] = known
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found.update(unknown_keys(child, f"{prefix}{key}."))
+    return found

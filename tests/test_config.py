@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.config import validate
+from ablate.config import unknown_keys, validate
 from ablate.errors import ConfigError
 from ablate.paths import config_dir
 from tests.conftest import compose
@@ -51,6 +51,8 @@ def test_defaults_are_the_documented_default_job():
     ("task.unsafe_threshold=1.5", "task.unsafe_threshold"),
     ("model.hidden_size=50", "model.hidden_size"),
     ("eval.interval=-1", "eval.interval"),
+    ("task.temperature=0.7", "task.temperature must be 1.0"),
+    ("model.device=gpu", "model.device"),
 ])
 def test_out_of_range_values_fail_with_the_key_named(override, needle):
     raw = compose("model=tiny", override)
@@ -66,3 +68,17 @@ def test_unknown_key_and_wrong_type_fail_at_composition():
         compose("algo.not_a_key=1")
     with pytest.raises(ConfigCompositionException):
         compose("algo.beta=abc")
+
+
+def test_keys_no_schema_defines_are_found():
+    """Hydra's '+' adds keys unchecked; the walk over the composed config finds them at any depth."""
+    raw = compose("model=tiny", "+algo.betta=0.3", "+unknown_key=1", "+model.adapter.rr=2", "ref=topk", "++ref.kk=1")
+    found = unknown_keys(raw)
+    assert sorted(found) == ["algo.betta", "model.adapter.rr", "ref.kk", "unknown_key"]
+    assert "beta" in found["algo.betta"] and "k" in found["ref.kk"]  # what the schema has there
+
+
+@pytest.mark.parametrize("overrides", [(), ("+sweep=report_dpo",), ("+sweep=ema",), ("algo=ppo", "ref=shared"),
+                                       ("model=hf", "model.name_or_path=x/y")])
+def test_schema_walk_accepts_every_legitimate_config(overrides):
+    assert unknown_keys(compose(*overrides)) == {}

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ablate.cache import file_sha256
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, MissingAsset
 from ablate.models import smollm2, tiny
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,25 @@ def resolve_device(device: str) -> torch.device:
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"model.device={device} but no CUDA device is available; use model.device=cpu")
+    check_device(device)
     if device == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(device)
+
+
+def check_device(device: str) -> None:
+    """Raise ConfigError (one line) unless ``model.device`` names a device this machine has."""
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        build = "a CPU-only build of torch" if torch.version.cuda is None else "no GPU is visible"
+        raise ConfigError(f"model.device={device} but no CUDA device is available ({build}); "
+                          f"use model.device=cpu or auto")
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise ConfigError(f"model.device={device} but this machine has {count} CUDA device(s): "
+                          f"use cuda:0..cuda:{count - 1}, or cuda")
 
 
 def resolve_source(model_cfg, cache_root: Path) -> ModelSource:
@@ -59,6 +73,118 @@ def resolve_source(model_cfg, cache_root: Path) -> ModelSource:
         path = Path(snapshot_download(model_cfg.name_or_path))
         return ModelSource(path, f"hub:{model_cfg.name_or_path}@{path.name}")  # snapshot folder = commit hash
     raise ConfigError(f"unknown model {model_cfg.name!r} (choose from: smollm2, tiny, hf)")
+
+
+HUB_TIMEOUT_S = 5.0  # the one hub look-up preflight makes, only for a hub id that is not cached
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def check_source(model_cfg) -> None:
+    """Raise an AblateError (one line) when ``model=hf``'s ``name_or_path`` cannot be loaded here, before
+    anything loads: a path must be a model folder; a hub id must be in the local Hugging Face cache, or on a
+    hub that answers (asked only when the id is not cached, with a short timeout)."""
+    if model_cfg.name != "hf":
+        return
+    value = str(model_cfg.name_or_path)
+    if is_path_like(value):
+        _check_folder(Path(value).expanduser(), value)
+    else:
+        _check_hub_id(value)
+
+
+def is_path_like(value: str) -> bool:
+    """Whether ``name_or_path`` means a local path (as :func:`resolve_source` reads it) rather than a hub id."""
+    return (value.startswith(("/", "./", "../", "~")) or value in (".", "..")
+            or Path(value).expanduser().exists())
+
+
+def _check_folder(path: Path, value: str) -> None:
+    """A local ``name_or_path`` must be a transformers model folder (``from_pretrained`` reads config.json)."""
+    if not path.exists():
+        raise ConfigError(f"model.name_or_path={value}: no such folder; pass a model folder (with config.json) "
+                          f"or a hub id such as HuggingFaceTB/SmolLM2-360M-Instruct")
+    if not path.is_dir():
+        raise ConfigError(f"model.name_or_path={value} is a file; model=hf takes a model folder holding "
+                          f"config.json and the weights (a GGUF file is not loaded by model=hf)")
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"model.name_or_path={value} has no config.json; pass a transformers model folder "
+                          f"(as save_pretrained writes it) or a hub id")
+
+
+def _check_hub_id(repo_id: str) -> None:
+    """A hub id must be cached (no network needed), or downloadable now."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except HFValidationError:
+        raise ConfigError(f"model.name_or_path={repo_id!r} is neither an existing folder nor a hub id "
+                          f"(org/name)") from None
+    except IncompleteSnapshotError:
+        raise MissingAsset(f"the cached snapshot of {repo_id} is incomplete (an interrupted download?); complete "
+                           f"it with `hf download {repo_id}` on a machine with network") from None
+    except LocalEntryNotFoundError:
+        _check_uncached_hub_id(repo_id)
+        return
+    if not (folder / "config.json").is_file():
+        raise MissingAsset(f"the cached snapshot of {repo_id} ({folder}) has no config.json; download it again "
+                           f"with `hf download {repo_id}`, or pass a local folder")
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, now or when huggingface_hub was imported."""
+    from huggingface_hub import constants
+
+    env = (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "").strip().lower()
+    return env in _TRUE or bool(constants.HF_HUB_OFFLINE)
+
+
+def _check_uncached_hub_id(repo_id: str) -> None:
+    """An id that is not cached loads only if the hub is reachable and has it."""
+    from huggingface_hub import constants
+
+    not_cached = f"model.name_or_path={repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
+    todo = (f"download it first with `hf download {repo_id}` on a machine with network (into this cache), "
+            f"or pass a local folder")
+    if hub_offline():
+        raise MissingAsset(f"{not_cached} and HF_HUB_OFFLINE is set: {todo}")
+    problem = _hub_lookup(repo_id)
+    if problem == "missing":
+        raise ConfigError(f"model.name_or_path={repo_id}: the hub has no such model (a private or gated one needs "
+                          f"`hf auth login`); check the id, or pass a local folder")
+    if problem:
+        raise MissingAsset(f"{not_cached} and the hub cannot be reached ({problem}): {todo}")
+
+
+def _hub_lookup(repo_id: str) -> str | None:
+    """None when the hub has ``repo_id``; "missing" when it answers that it has not; else why it could not be
+    asked. Bounded by HUB_TIMEOUT_S even where name resolution hangs (the look-up runs in a daemon thread)."""
+    import threading
+
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    outcome: dict[str, BaseException | None] = {}
+
+    def ask() -> None:
+        try:
+            HfApi().model_info(repo_id, timeout=HUB_TIMEOUT_S)
+            outcome["error"] = None
+        except BaseException as e:  # noqa: BLE001  (any failure is reported, none is raised here)
+            outcome["error"] = e
+
+    thread = threading.Thread(target=ask, name="ablate-hub-lookup", daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT_S + 1)
+    if "error" not in outcome:
+        return f"no answer from {constants.ENDPOINT} within {HUB_TIMEOUT_S:.0f} s"
+    error = outcome["error"]
+    if error is None:
+        return None
+    if isinstance(error, (RepositoryNotFoundError, GatedRepoError)):
+        return "missing"
+    return f"{constants.ENDPOINT}: {type(error).__name__}"
 
 
 def folder_fingerprint(folder: Path, cache_root: Path) -> str:
