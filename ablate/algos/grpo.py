@@ -5,6 +5,15 @@ builds TRL with beta = 0 (so TRL loads nothing), then restores beta and installs
 ``ref_model``; TRL's one call for reference log-probs, ``_get_per_token_logps_and_entropies(
 self.ref_model, ...)``, is answered by the regime. The KL coefficient can follow a controller
 (fixed or adaptive), updated from TRL's measured per-token KL after every logged step.
+
+KL estimators (``algo.kl_estimator``): ``k3`` is TRL's own term in the loss, unchanged. ``k1`` enters the
+REWARD, as in PPO (see ``ablate.algos.kl_estimators``): each completion's reward becomes
+r_i - beta * sum_t (log pi - log ref) over its tokens, detached, before TRL's group normalisation of
+advantages, and TRL's loss is computed without a KL term; the logged ``kl`` is the mean per-token k1.
+
+Rows the regime has no reference term for (``ref=cached``, ``miss=skip``: all-NaN rows) contribute no KL:
+under k3 their reference log-probs become the policy's own loss-time log-probs, detached, inside the loss
+(TRL's k3 term is then exactly 0 with zero gradient); under k1 their k1 is 0.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ from pathlib import Path
 import torch
 
 from ablate.algos.kl_control import make_controller
-from ablate.refs.base import Reference, TokenBatch
+from ablate.algos.kl_estimators import k1_reward_penalty
+from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
 
 class _RegimeRef(torch.nn.Module):
@@ -30,52 +40,88 @@ def _grpo_trainer_cls():
         def __init__(self, *args, reference: Reference, beta: float, kl_estimator: str = "k3", **kwargs):
             self.reference = reference
             self.kl_estimator = kl_estimator
+            self._loss_inputs: dict | None = None  # the inputs of the loss being computed (k3 fills their ref)
+            self._k1_penalty: torch.Tensor | None = None  # the last rollout's per-completion k1 reward penalty
+            if kl_estimator == "k1" and beta != 0.0:
+                kwargs["reward_funcs"], kwargs["args"] = self._with_kl_penalty(kwargs["reward_funcs"], kwargs["args"])
             super().__init__(*args, **kwargs)  # built with beta = 0: TRL loads no reference model
             self.beta = beta
             self.ref_model = _RegimeRef() if beta != 0.0 else None
 
-        def _compute_loss(self, model, inputs):
-            """k3 (TRL's own): unchanged. k1: TRL computes the loss without its KL term, and beta times the
-            sum of k1 = log pi - log ref over completion tokens is added with TRL's ``dapo`` normaliser (its
-            default loss type), using the policy log-probs TRL computed for the loss (so gradients flow)."""
-            if self.kl_estimator != "k1" or self.beta == 0.0:
-                return super()._compute_loss(model, inputs)
-            if self.loss_type != "dapo":
-                raise ValueError(f"kl_estimator=k1 is implemented for TRL's dapo loss only, not {self.loss_type}")
-            captured = {}
-            original = self._get_per_token_logps_and_entropies
+        def _with_kl_penalty(self, reward_funcs, args):
+            """k1 in the reward: one more reward function, ``kl_penalty`` (weight 1), whose value for each
+            completion is -beta * its k1 summed over its tokens. TRL sums the weighted rewards before it
+            normalises them per group, and logs ``rewards/kl_penalty/mean``; the other functions' logs stay raw."""
+            if args.multi_objective_aggregation != "sum_then_normalize":
+                raise ValueError("kl_estimator=k1 subtracts the penalty from the summed reward: it needs TRL's "
+                                 f"multi_objective_aggregation=sum_then_normalize, not {args.multi_objective_aggregation}")
+            trainer = self
 
-            def capture(m, *args, **kwargs):
-                out = original(m, *args, **kwargs)
-                if m is model:
-                    captured.setdefault("logps", out[0])
-                return out
+            def kl_penalty(prompts, completions, **kwargs) -> list[float]:
+                return trainer._take_k1_penalty(len(completions))
 
-            beta, self.beta = self.beta, 0.0
-            self._get_per_token_logps_and_entropies = capture
-            try:
-                loss = super()._compute_loss(model, inputs)
-            finally:
-                self.beta = beta
-                del self._get_per_token_logps_and_entropies  # back to the class's method
-            mask = inputs["completion_mask"]
-            k1 = captured["logps"] - inputs["ref_per_token_logps"]
-            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if self.model.training:
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            funcs = list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+            if args.reward_weights is not None:
+                args.reward_weights = [*args.reward_weights, 1.0]
+            return [*funcs, kl_penalty], args
+
+        def _take_k1_penalty(self, n: int) -> list[float]:
+            """The penalties computed with this rollout's reference log-probs (consumed: never reused); zeros
+            while beta is 0 (TRL then asks for no reference log-probs)."""
+            penalty, self._k1_penalty = self._k1_penalty, None
+            if penalty is None and self.beta == 0.0:
+                return [0.0] * n
+            if penalty is None or penalty.numel() != n:
+                raise RuntimeError("kl_estimator=k1: no reference log-probs were computed for this rollout")
+            return penalty.tolist()
+
+        def _record_k1(self, policy_logps, ref_logps, mask) -> None:
+            """At rollout: the k1 reward penalty of each completion, and the mean per-token k1 as ``kl``."""
+            ref_logps, mask = fill_uncovered(ref_logps, policy_logps), mask.to(policy_logps.dtype)  # uncovered: k1 = 0
+            self._k1_penalty = k1_reward_penalty(policy_logps, ref_logps, mask, self.beta).float()
+            k1 = ((policy_logps - ref_logps) * mask).sum()
+            totals = self.accelerator.reduce(torch.stack([k1, mask.sum()]).float(), reduction="sum")
             mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["kl"].append(float(((k1 * mask).sum() / mask.sum().clamp(min=1.0)).detach()))
-            return loss + beta * (k1 * mask).sum() / normalizer
+            self._metrics[mode]["kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+
+        def _compute_loss(self, model, inputs):
+            """k3: TRL's loss, with uncovered reference rows filled from the loss-time policy log-probs (see
+            ``_get_per_token_logps_and_entropies``). k1: TRL's loss without its KL term (the penalty is in
+            the advantages already)."""
+            if self.kl_estimator == "k1" and self.beta != 0.0:
+                beta, self.beta = self.beta, 0.0
+                try:
+                    return super()._compute_loss(model, inputs)
+                finally:
+                    self.beta = beta
+            self._loss_inputs = dict(inputs)
+            try:
+                return super()._compute_loss(model, self._loss_inputs)
+            finally:
+                self._loss_inputs = None
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, *args, **kwargs):
-            if not isinstance(model, _RegimeRef):
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
+            if isinstance(model, _RegimeRef):
+                return self._regime_logps(input_ids, attention_mask, logits_to_keep, batch_size)
+            out = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
+            inputs = self._loss_inputs
+            if inputs is not None and inputs.get("ref_per_token_logps") is not None:  # TRL reads it next
+                inputs["ref_per_token_logps"] = fill_uncovered(inputs["ref_per_token_logps"], out[0])
+            return out
+
+        def _regime_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
+            """The regime's answer to TRL's reference call (uncovered rows stay NaN); under k1, also the
+            rollout's k1 penalties, from the policy's log-probs computed here as TRL computes its own."""
             completion = torch.zeros_like(attention_mask)
             completion[:, -logits_to_keep:] = attention_mask[:, -logits_to_keep:]
-            logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))
-            return logps[:, -logits_to_keep:], None, None
+            logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))[:, -logits_to_keep:]
+            if self.kl_estimator == "k1":
+                policy_logps, _, _ = super()._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size)
+                self._record_k1(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
+            return logps, None, None
 
     return RegimeGRPOTrainer
 

@@ -5,9 +5,12 @@ values (policy + a linear value head on its last hidden state) and the regime's 
 per-token reward = -beta * KL estimate (k1 or k3), plus the score on the last token; GAE; whitened
 advantages; then ``ppo_epochs`` passes of clipped policy and value losses over minibatches. The KL
 coefficient follows a fixed or adaptive controller (Ziegler et al. 2019) on the measured sequence KL.
+A row the regime has no reference term for (``ref=cached``, ``miss=skip``) gets none: zero penalty and
+zero logged KL (``ablate.refs.base.fill_uncovered``).
 
 The loop drives the same ``transformers.TrainerCallback`` objects the TRL trainers use, so evaluation,
-reference updates and logging are shared with DPO and GRPO. The arithmetic is in ``ppo_math``.
+reference updates and logging are shared with DPO and GRPO. The arithmetic is in ``ppo_math`` and
+``kl_estimators``.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import torch
 from tqdm.auto import tqdm
 
 from ablate.algos.kl_control import make_controller
-from ablate.algos.ppo_math import gae, kl_penalty, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
+from ablate.algos.kl_estimators import kl_penalty
+from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
-from ablate.refs.base import Reference, TokenBatch
+from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 from ablate.tracking.checkpoint import checkpoints_dir
 
 STATE_FILE = "ppo_state.pt"
@@ -93,8 +97,8 @@ class PPOTrainer:
         self.model.eval()
         old_logp, old_values = self._forward(batch)
         self.model.train()
-        if self.reference.has_reference:
-            ref_logp = self.reference.logprobs(batch).to(old_logp.dtype)
+        if self.reference.has_reference:  # rows it has no term for (NaN) become old_logp: zero KL and penalty
+            ref_logp = fill_uncovered(self.reference.logprobs(batch).to(old_logp.dtype), old_logp)
         else:
             ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
         kl = kl_penalty(old_logp, ref_logp, value_of(self.algo.kl_estimator)) * mask

@@ -1,6 +1,7 @@
 """The arithmetic of PPO for RLHF, as pure functions on [B, T] tensors with a response mask.
 
 Conventions: position t holds the t-th response token; ``mask`` is 1 on real response tokens.
+The per-token KL estimators are in ``kl_estimators``.
 """
 
 from __future__ import annotations
@@ -22,16 +23,6 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
     if not shift_mean:
         out = out + mean
     return out * m
-
-
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL estimate for samples from the policy: k1 = logp - ref_logp, k3 = e^l - 1 - l (l = ref - logp)."""
-    if estimator == "k1":
-        return logp - ref_logp
-    if estimator == "k3":
-        log_ratio = ref_logp - logp
-        return torch.expm1(log_ratio) - log_ratio
-    raise ValueError(f"unknown KL estimator {estimator!r} (k1 | k3)")
 
 
 def token_rewards(scores: torch.Tensor, kl: torch.Tensor, beta: float, mask: torch.Tensor) -> torch.Tensor:

@@ -72,6 +72,13 @@ class Reference(ABC):
 
     Subclasses implement :meth:`_logprobs` (and :meth:`_distribution` where they can); the public
     methods add timing for the cost accounting. ``step`` is called after every optimiser step.
+
+    A regime may have no reference term for some rows (``ref=cached`` with ``miss=skip``, for a
+    freshly sampled response): :meth:`logprobs` then returns that row as NaN in every position (a
+    model-backed regime never does: its non-response positions are 0). Algorithms that accept such
+    rows pass the result through :func:`fill_uncovered` before any KL arithmetic, so an uncovered
+    row contributes exactly zero penalty, zero KL and zero gradient; the others must not see them
+    (``ref=cached`` rejects ``miss=skip`` for DPO).
     """
 
     name: ClassVar[str]
@@ -91,7 +98,8 @@ class Reference(ABC):
     # --- the interface --------------------------------------------------------------------------
     def logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1] reference log-probs of the response tokens (0 elsewhere), computed in the policy's
-        training precision (as a stock TRL reference model would be). Timed as training cost."""
+        training precision (as a stock TRL reference model would be); a row with no reference term is
+        all NaN (see the class docstring). Timed as training cost."""
         from ablate.models.precision import autocast
 
         with self._timed(), autocast(self.ctx.device, self.ctx.precision):
@@ -148,6 +156,22 @@ class Reference(ABC):
         finally:
             self._cost.forward_s += time.perf_counter() - t0
             self._cost.forward_calls += 1
+
+
+def uncovered_rows(ref_logps: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the rows a regime returned with no reference term (NaN in every position). A row
+    that is only partly NaN is a numerical fault, not a skip: it is not counted here."""
+    return torch.isnan(ref_logps).flatten(1).all(dim=1)
+
+
+def fill_uncovered(ref_logps: torch.Tensor, policy_logps: torch.Tensor) -> torch.Tensor:
+    """``ref_logps`` with each uncovered row replaced by the policy's own log-probs, detached: both KL
+    estimators (k1 = log pi - log ref, k3 = e^(ref - log pi) - (ref - log pi) - 1) are then exactly 0
+    there whatever the policy's values, and k3 (the one used inside a loss) has exactly zero gradient
+    (k1 enters rewards only, detached). Other rows are returned as they are;
+    the result has the promoted dtype of the two (so a filled value equals the policy's exactly)."""
+    rows = uncovered_rows(ref_logps).view(-1, *([1] * (ref_logps.dim() - 1)))
+    return torch.where(rows, policy_logps.detach(), ref_logps)
 
 
 def register(name: str, config_cls: type) -> Callable[[type[Reference]], type[Reference]]:

@@ -8,8 +8,10 @@ every sequence as the trainer will see it) and the precision. The values are sto
 with a checksum per file; a corrupted or partial cache is detected, reported and rebuilt.
 
 A sequence not in the cache (a freshly sampled response, under an online algorithm) follows ``miss``:
-``skip`` (no reference term for it: zeros), ``fallback`` (compute it with a full copy, loaded on the
-first miss and counted in ``ref_bytes``) or ``error``. The hit rate is logged.
+``skip`` (no reference term for it: the row comes back all NaN, which PPO and GRPO turn into exactly
+zero penalty, zero KL and zero gradient through ``ablate.refs.base.fill_uncovered``; not allowed for
+DPO, whose loss has no such rows), ``fallback`` (compute it with a full copy, loaded on the first miss
+and counted in ``ref_bytes``) or ``error``. The hit rate is logged.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class CachedReference(Reference):
         if cfg.algo.name != "dpo" and cfg.ref.miss == "error":  # auto picks skip there
             raise ConfigError(f"ref=cached cannot score the fresh samples of algo={cfg.algo.name}: set "
                               f"ref.miss=skip (no reference term for them) or ref.miss=fallback (a full copy)")
+        if cfg.algo.name == "dpo" and cfg.ref.miss == "skip":
+            raise ConfigError("ref.miss=skip is for online algorithms: a DPO pair has no loss without its reference "
+                              "log-probs; use ref.miss=error (auto: the training pairs are all cached) or fallback")
 
     def __init__(self, cfg: CachedRefConfig, ctx):
         super().__init__(cfg, ctx)
@@ -165,6 +170,8 @@ class CachedReference(Reference):
         return out, missing
 
     def _logprobs(self, batch: TokenBatch, *, count: bool = True) -> torch.Tensor:
+        """Cached rows from the cache; missed rows by ``miss``: an error, the full copy's values, or (skip)
+        all NaN: no reference term (see :class:`ablate.refs.base.Reference`)."""
         out, missing = self._lookup(batch)
         if count:
             self.hits += batch.input_ids.shape[0] - len(missing)
@@ -182,7 +189,10 @@ class CachedReference(Reference):
                 self.model_forwards += 1
                 self._cost.extra["model_forwards"] = self.model_forwards
         out = out.to(batch.input_ids.device)
-        return torch.where(batch.target_mask, out, torch.zeros_like(out))
+        out = torch.where(batch.target_mask, out, torch.zeros_like(out))
+        if missing and self.cfg.miss == "skip":
+            out[missing] = torch.nan
+        return out
 
     def _fallback_model(self) -> torch.nn.Module:
         if self._fallback is None:

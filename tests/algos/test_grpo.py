@@ -57,15 +57,33 @@ def test_grpo_asks_the_regime_for_reference_logprobs(tmp_path, tiny_source, toke
     assert kls[0] == pytest.approx(0.0, abs=1e-6)  # first batch: policy == reference
 
 
+def _step_logs(rec) -> list[dict]:
+    return [h for h in rec.logs if "loss" in h and "train_loss" not in h]  # not the final run summary
+
+
 @pytest.mark.filterwarnings("ignore")
-def test_grpo_cached_misses_follow_the_policy_and_log_the_hit_rate(tmp_path, tiny_source, tokenizer, ref_ctx,
-                                                                   cache_root):
+def test_grpo_cached_skip_rows_have_no_kl_term(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root):
+    """Every fresh sample misses: TRL's k3 term (or the k1 reward penalty) is exactly 0 with zero gradient, so
+    loss and gradient norm equal a run without any reference (beta = 0), and the logged kl is exactly 0."""
     ref_ctx.cache_root = str(cache_root)
-    reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
-    reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
-    _train(tmp_path, tiny_source, tokenizer, reference)
-    extra = reference.cost().extra
-    assert extra["misses"] == 2 * 4 and extra["hit_rate"] == 0.0 and extra["model_forwards"] == 0
+    runs = {}
+    for name in ("none", "k3", "k1"):
+        if name == "none":
+            reference = NoReference(NoneRefConfig(), ref_ctx)
+        else:
+            reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
+            reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
+        rec = _recorder()
+        _train(tmp_path / name, tiny_source, tokenizer, reference, "algo.max_steps=1",
+               f"algo.kl_estimator={'k3' if name == 'none' else name}", recorder=rec)
+        runs[name] = (_step_logs(rec), reference)
+    base, _ = runs.pop("none")
+    for name, (logs, reference) in runs.items():
+        assert [h["kl"] for h in logs] == [0.0], name  # was 48,311 per token (k3) when a miss read as log-prob 0
+        assert [(h["loss"], h["grad_norm"]) for h in logs] == [(h["loss"], h["grad_norm"]) for h in base], name
+        extra = reference.cost().extra
+        assert extra["misses"] == 4 and extra["hit_rate"] == 0.0 and extra["model_forwards"] == 0
+    assert [h["rewards/kl_penalty/mean"] for h in runs["k1"][0]] == [0.0]
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -89,22 +107,54 @@ def test_grpo_adaptive_kl_moves_beta(tmp_path, tiny_source, tokenizer, ref_ctx):
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_grpo_k1_estimator(tmp_path, tiny_source, tokenizer, ref_ctx):
-    """k1 is added to TRL's loss by us: zero against an equal reference, and a different number from k3
-    (which is >= 0 per token) against a reference that differs from the policy."""
+def test_grpo_k1_is_zero_against_an_equal_reference(tmp_path, tiny_source, tokenizer, ref_ctx):
+    rec = _recorder()
+    _train(tmp_path, tiny_source, tokenizer, FullReference(FullRefConfig(), ref_ctx), "algo.kl_estimator=k1",
+           recorder=rec)
+    logs = _step_logs(rec)
+    assert len(logs) == 2 and logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert logs[0]["rewards/kl_penalty/mean"] == pytest.approx(0.0, abs=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_grpo_k1_enters_the_reward_before_group_normalisation(tmp_path, tiny_source, tokenizer, ref_ctx):
+    """Against a reference that differs from the policy: the same samples and gold rewards as a k3 run, but
+    each completion's reward is lowered by beta * its summed k1 before TRL normalises per group."""
     from ablate.refs.topk import TopKRefConfig, TopKReference
 
-    rec = _recorder()
-    _train(tmp_path / "a", tiny_source, tokenizer, FullReference(FullRefConfig(), ref_ctx), "algo.kl_estimator=k1",
-           recorder=rec)
-    kls = [h["kl"] for h in rec.logs if "kl" in h]
-    assert len(kls) == 2 and kls[0] == pytest.approx(0.0, abs=1e-6)
-    firsts = {}
+    runs = {}
     for est in ("k1", "k3"):
         rec = _recorder()
-        _train(tmp_path / est, tiny_source, tokenizer, TopKReference(TopKRefConfig(k=5), ref_ctx),
-               f"algo.kl_estimator={est}", recorder=rec)
-        firsts[est] = next(h for h in rec.logs if "kl" in h)
-    assert firsts["k3"]["kl"] > 0
-    assert firsts["k1"]["kl"] != pytest.approx(firsts["k3"]["kl"], rel=1e-3)
-    assert firsts["k1"]["loss"] != pytest.approx(firsts["k3"]["loss"], rel=1e-3)
+        trainer = _train(tmp_path / est, tiny_source, tokenizer, TopKReference(TopKRefConfig(k=5), ref_ctx),
+                         f"algo.kl_estimator={est}", "algo.max_steps=1", recorder=rec)
+        runs[est] = (_step_logs(rec)[0], trainer._logs)
+    (k1, k1_logs), (k3, k3_logs) = runs["k1"], runs["k3"]
+    gold = torch.tensor(list(k1_logs["rewards"]["gold"]))
+    assert torch.equal(gold, torch.tensor(list(k3_logs["rewards"]["gold"])))  # same samples, raw rewards logged
+    penalty = torch.tensor(list(k1_logs["rewards"]["kl_penalty"]))  # -beta * sum_t k1 per completion
+    assert (penalty != 0).all()
+    tokens = k1["completions/mean_length"] * len(penalty)
+    assert float(penalty.sum()) == pytest.approx(-0.04 * k1["kl"] * tokens, rel=1e-4)  # kl: mean k1 per token
+    groups = (gold + penalty).view(-1, 2)  # num_generations = 2
+    expected = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)
+    advantages = torch.tensor(list(k1_logs["advantages"]))
+    assert torch.allclose(advantages, expected.flatten(), atol=1e-4)
+    assert not torch.allclose(advantages, torch.tensor(list(k3_logs["advantages"])), atol=1e-2)
+    assert k3["kl"] > 0 and k1["kl"] != pytest.approx(k3["kl"], rel=1e-3)
+    assert "rewards/kl_penalty/mean" not in k3  # k3 stays TRL's term in the loss
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_grpo_k1_penalty_is_one_more_reward_of_weight_one(tmp_path, tiny_source, tokenizer, ref_ctx):
+    """With a learned (proxy) reward the gold one is logged at weight 0; k1's penalty joins at weight 1."""
+    reference = FullReference(FullRefConfig(), ref_ctx)
+    names = {}
+    for est in ("k1", "k3"):
+        trainer = build_trainer(_cfg(tmp_path / est, f"algo.kl_estimator={est}"),
+                                policy=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer,
+                                prompts=PROMPTS, reward=GoldReward(), reference=reference, callbacks=[],
+                                out_dir=tmp_path / est, device=torch.device("cpu"),
+                                proxy=lambda texts, prompts: [0.0] * len(texts))
+        names[est] = dict(zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
+    assert names["k1"] == {"proxy_rm": 1.0, "gold": 0.0, "kl_penalty": 1.0}
+    assert names["k3"] == {"proxy_rm": 1.0, "gold": 0.0}

@@ -48,15 +48,34 @@ def test_ppo_first_rollout_has_zero_kl_against_full(tmp_path, tiny_source, token
     assert torch.allclose(data["kl_seq"], torch.zeros_like(data["kl_seq"]), atol=1e-5)
 
 
-def test_ppo_cached_skips_fresh_samples_without_forwards(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root):
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root,
+                                                         estimator):
+    """Skipped rows: no forwards, and exactly zero penalty and logged KL (not log pi, as a 0 log-prob reads)."""
+    from transformers import TrainerCallback
+
     from ablate.tasks.pairs import Pair
+
+    class Recorder(TrainerCallback):
+        def __init__(self):
+            self.logs = []
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            self.logs.append(dict(logs or {}))
 
     ref_ctx.cache_root = str(cache_root)
     reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
     reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
-    _trainer(tmp_path, tiny_source, tokenizer, reference, _low_id_share).train()
+    rec = Recorder()
+    trainer = PPOTrainer(_cfg(tmp_path, f"algo.kl_estimator={estimator}"),
+                         policy=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer, prompts=PROMPTS,
+                         score_fn=_low_id_share, reference=reference, callbacks=[rec], device=torch.device("cpu"))
+    data = trainer.rollout(1)
+    assert torch.equal(data["kl_seq"], torch.zeros_like(data["kl_seq"]))
+    trainer.train()
+    assert [h["kl"] for h in rec.logs] == [0.0, 0.0]
     extra = reference.cost().extra
-    assert extra["misses"] == 8 and extra["hits"] == 0 and extra["model_forwards"] == 0
+    assert extra["misses"] == 4 + 8 and extra["hits"] == 0 and extra["model_forwards"] == 0
 
 
 def test_ppo_none_has_beta_zero(tmp_path, tiny_source, tokenizer, ref_ctx):

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ablate.algos.ppo_math import gae, kl_penalty, masked_whiten, policy_loss, token_rewards, value_loss
+from ablate.algos.kl_estimators import kl_penalty
+from ablate.algos.ppo_math import gae, masked_whiten, policy_loss, token_rewards, value_loss
 
 
 def test_gae_hand_computed():

@@ -199,12 +199,35 @@ def test_cached_miss_policies(ref_ctx, full, batch, cache_root, tokenizer):
         if miss == "error":
             with pytest.raises(RuntimeError, match="not in the cache"):
                 ref.logprobs(fresh)
-        elif miss == "skip":
-            assert torch.count_nonzero(ref.logprobs(fresh)) == 0
+        elif miss == "skip":  # no reference term: the whole row is NaN (not 0, which reads as log-prob 0)
+            assert torch.isnan(ref.logprobs(fresh)).all()
             assert ref.cost().extra["hit_rate"] == 0.0
         else:
             assert torch.allclose(ref.logprobs(fresh), full.logprobs(fresh), atol=1e-6)
             assert ref.cost().extra["model_forwards"] == 1 and ref.cost().bytes_held > full.cost().bytes_held * 0.9
+
+
+def test_cached_skip_marks_only_the_missed_rows_and_audits_still_refuse(ref_ctx, full, batch, cache_root, tokenizer):
+    from ablate.refs.base import uncovered_rows
+
+    ref_ctx.cache_root = str(cache_root)
+    ref = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
+    ref.prepare([batch])
+    mixed = token_batch(tokenizer, [PROMPTS[0], "Something else entirely"], [RESPONSES[0], "not cached"])
+    out = ref.logprobs(mixed)
+    assert uncovered_rows(out).tolist() == [False, True]
+    assert torch.allclose(out[0], full.logprobs(mixed)[0], atol=1e-6)
+    with pytest.raises(NotImplementedError, match="fresh samples"):
+        ref.audit_logprobs(mixed)
+
+
+def test_cached_skip_is_refused_for_dpo(tmp_path):
+    from ablate.errors import ConfigError
+    from tests.conftest import typed_config
+
+    with pytest.raises(ConfigError, match="miss=skip is for online algorithms"):
+        CachedReference.check_config(typed_config(tmp_path, "model=tiny", "algo=dpo", "ref=cached", "ref.miss=skip"))
+    CachedReference.check_config(typed_config(tmp_path, "model=tiny", "algo=grpo", "ref=cached", "ref.miss=skip"))
 
 
 def test_cached_corrupted_file_is_detected_and_rebuilt(ref_ctx, full, batch, tmp_path, caplog):
