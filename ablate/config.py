@@ -284,8 +284,11 @@ class EvalConfig:
     interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
     at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
     batch_size: int = 8
-    seed: int = 1234  # sampling seed for evaluation responses (the same for every run: common random numbers)
-    scoring_precision: Precision = Precision.fp32  # log-probs and KL are computed in this precision
+    # sampling seed of the evaluation responses; None: derived from the run's `seed` as 1234 + 1000 * seed
+    # (ablate.eval.evaluator.sampling_seed), so each run seed has its own evaluation noise
+    seed: Optional[int] = None
+    # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
+    precision: Precision = Precision.fp32
 
     def __post_init__(self) -> None:
         _check(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")

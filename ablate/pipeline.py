@@ -16,8 +16,10 @@ log = logging.getLogger(__name__)
 
 
 class EvalCallbackFactory:
-    """A TrainerCallback that evaluates before training, every ``eval.interval`` steps, and updates the
-    reference (``Reference.step``) after each optimiser step. Train logs go to the run folder and W&B.
+    """A TrainerCallback that evaluates before training and every ``eval.interval`` steps, then updates the
+    reference (``Reference.step``) after each optimiser step but the last: an evaluation at step ``s`` audits
+    the reference step ``s`` trained with, and so does the final one (after training). A checkpoint, written
+    after the callback, holds the reference the next step trains with. Train logs go to the run folder and W&B.
     It stops a diverging job (NaN/inf loss, true KL beyond ``divergence.max_kl``) and completes each
     checkpoint the trainer writes with what a resumed job needs (``tracking.checkpoint``)."""
 
@@ -54,12 +56,14 @@ class EvalCallbackFactory:
 
             def on_step_end(self, args, st, control, **kw):
                 state.steps = st.global_step
-                reference.step(policy_getter(), st.global_step)
-                if cfg.eval.interval and st.global_step % cfg.eval.interval == 0 and st.global_step < st.max_steps:
-                    do_eval(st.global_step)
+                last = st.global_step >= st.max_steps
+                if cfg.eval.interval and st.global_step % cfg.eval.interval == 0 and not last:
+                    do_eval(st.global_step)  # against the reference this step trained with
                 if state.status == "diverged":
                     control.should_training_stop = True
                     control.should_save = False
+                elif not last:  # an update after the last step would be used by nothing, not even the final audit
+                    reference.step(policy_getter(), st.global_step)
 
             def on_log(self, args, st, control, logs=None, **kw):
                 if not logs:
@@ -87,18 +91,27 @@ class EvalCallbackFactory:
         return _Callback(), do_eval
 
 
+def make_evaluator(cfg: Config, *, judge, tokenizer, prompts: list[str], reward, safety, device, proxy=None):
+    """The run's evaluator: it samples and scores in ``eval.precision`` (not the policy's training precision),
+    with the sampling seed ``eval.seed`` or, when unset, one derived from the run's ``seed``."""
+    from ablate.eval.evaluator import Evaluator
+    from ablate.tasks.heldout import heldout_texts
+
+    return Evaluator(judge=judge, tokenizer=tokenizer, prompts=prompts, heldout=heldout_texts(), reward=reward,
+                     safety=safety, eval_cfg=cfg.eval, task_cfg=cfg.task, run_seed=cfg.seed, device=device,
+                     proxy=proxy)
+
+
 def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any], resume=None):
     """``resume``: (checkpoint folder, its ablate state) to continue an interrupted job from."""
     from ablate.models.loading import (add_adapter, load_model, load_tokenizer, resolve_device, resolve_source,
                                        tokenizer_fingerprint)
     from ablate.refs import regime_class
     from ablate.refs.base import RefContext
-    from ablate.tasks.heldout import heldout_texts
     from ablate.tasks.pairs import pairs_for_run
     from ablate.tasks.prompts import make_prompts
     from ablate.tasks.reward import GoldReward
     from ablate.tasks.safety import SafetyJudge
-    from ablate.eval.evaluator import Evaluator
 
     torch.manual_seed(cfg.seed)
     root = cache_root()
@@ -136,9 +149,8 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     if cfg.model.adapter.enabled:
         policy = add_adapter(policy, cfg.model.adapter)
     judge = load()
-    evaluator = Evaluator(judge=judge, tokenizer=tokenizer, prompts=prompts["eval"], heldout=heldout_texts(),
-                          reward=reward, safety=safety, eval_cfg=cfg.eval, task_cfg=task,
-                          precision=cfg.model.precision, device=device, proxy=proxy)
+    evaluator = make_evaluator(cfg, judge=judge, tokenizer=tokenizer, prompts=prompts["eval"], reward=reward,
+                               safety=safety, device=device, proxy=proxy)
     ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
                      tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
                      cache_root=str(root), precision=value_of(cfg.model.precision))

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = pieces.load()
     full_ref = refs.get("full") or costs_mod.build_regime(configs["full"], pieces)[0]
-    audit = costs_mod.audit_cost(full_ref, policy, batch, value_of(base.eval.scoring_precision), bench.repeats)
+    audit = costs_mod.audit_cost(full_ref, policy, batch, value_of(base.eval.precision), bench.repeats)
     refs.clear()
 
     trainers = {}
@@ -181,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     notes = {
         "quant": f"bitsandbytes quantises Linear layers only: the token embedding (tied to the LM head) stays in "
                  f"full precision and is {emb_share:.0%} of the full reference's bytes",
-        "audit": f"the audit runs the reference in eval.scoring_precision={value_of(base.eval.scoring_precision)} "
-                 f"(fp32 keeps the audit's own error far below the regimes' errors it measures), materialises the "
-                 f"[batch, length, vocabulary] log-softmax and sums p (log p - log q) over the whole vocabulary; a "
+        "audit": f"the audit runs the reference in eval.precision={value_of(base.eval.precision)} "
+                 f"(fp32 keeps the audit's own error far below the regimes' errors it measures), normalises its "
+                 f"logits with a float64 log-softmax and sums the KL over the whole vocabulary in float64, a chunk "
+                 f"of response positions at a time; a "
                  f"training forward keeps one log-prob per token (TRL's fused LM head, in "
                  f"{value_of(base.model.precision)}); the bf16 figure is below",
         "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "

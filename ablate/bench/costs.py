@@ -61,27 +61,27 @@ def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tupl
     return list(costs.values()), refs
 
 
-def audit_cost(full_ref, policy, batch: TokenBatch, scoring_precision: str, repeats: int) -> dict[str, float]:
-    """The evaluator's exact KL (reference full-vocabulary log-softmax in the scoring precision, KL summed
-    over the vocabulary) against one reference forward as training makes it."""
+def audit_cost(full_ref, policy, batch: TokenBatch, precision: str, repeats: int) -> dict[str, float]:
+    """The evaluator's exact KL (the judge's forward in ``eval.precision``, then its logits normalised with a
+    float64 log-softmax and KL summed over the vocabulary in float64, a chunk of response positions at a
+    time: ``ablate.eval.kl.audit_terms``) against one reference forward as training makes it."""
     from ablate.eval import kl as klm
     from ablate.models.precision import autocast, unwrapped_forward
-    from ablate.refs.model_backed import next_token_logprobs
+    from ablate.refs.model_backed import next_token_logits
 
     device = batch.input_ids.device
-    with torch.no_grad(), unwrapped_forward(policy):
-        with autocast(device, scoring_precision):
-            pol = torch.log_softmax(policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                           use_cache=False).logits[:, :-1].float(), dim=-1)
-
-    def audit(precision: str = scoring_precision):
-        with torch.no_grad(), autocast(device, precision):
-            true = next_token_logprobs(full_ref.model, batch)
-            return klm.sequence_sum(klm.exact_kl_per_token(pol, true), batch.target_mask)
+    mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
 
     def policy_forward():
-        with torch.no_grad(), unwrapped_forward(policy), autocast(device, scoring_precision):
-            return policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        with torch.no_grad(), unwrapped_forward(policy), autocast(device, precision):
+            return next_token_logits(policy, batch)
+
+    pol = policy_forward()
+
+    def audit(p: str = precision):
+        with torch.no_grad(), autocast(device, p):
+            judge = next_token_logits(full_ref.model, batch)
+        return klm.sequence_sum(klm.audit_terms(pol, judge, tokens, mask).kl, mask)
 
     with torch.no_grad():
         t = interleaved({"forward": lambda: full_ref.logprobs(batch), "audit": audit,

@@ -75,11 +75,12 @@ def write(out: Path, model: str, header: list[str], costs: pd.DataFrame, audit: 
     lines += ["", "## The exact KL audit", "",
               f"One reference forward as training makes it (token log-probs, training precision): "
               f"{_f(audit['ref_forward_s'] * 1000, '{:.1f}')} ms. The audit (the full reference's "
-              f"full-vocabulary log-softmax in the scoring precision and the KL summed over the vocabulary): "
+              f"logits in the evaluation precision, then a float64 log-softmax and KL over the vocabulary, a chunk of "
+              f"positions at a time): "
               f"{_f(audit['audit_s'] * 1000, '{:.1f}')} ms = **{_f(audit['audit_ratio'], '{:.2f}')}x**; with the "
               f"policy's own full-vocabulary forward, which the evaluator needs anyway for its other metrics: "
-              f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x. The same audit with bf16 compute (exp/log and the "
-              f"sum still in fp32): {_f(audit['audit_bf16_ratio'], '{:.2f}')}x.", "",
+              f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x. The same audit with bf16 compute (normalisation "
+              f"and sums still in float64): {_f(audit['audit_bf16_ratio'], '{:.2f}')}x.", "",
               "## Harness vs stock TRL (same model, data and settings; median s/step, first step of each round untimed)", "",
               "| algorithm | harness s/step | stock TRL s/step | harness / TRL | steps timed each |", "|---|---|---|---|---|"]
     for algo, t in trainers.items():

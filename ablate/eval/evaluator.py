@@ -1,24 +1,42 @@
 """The evaluation every algorithm shares: sample from the policy on held-out prompts and audit it.
 
-The evaluator holds its own frozen copy of the SFT model. It is the judge of truth for KL (the
-full reference, whatever regime the run trained with) and the baseline the win rate is measured
+The evaluator holds its own frozen copy of the SFT model, the judge. It is the judge of truth for KL
+(the full reference, whatever regime the run trained with) and the baseline the win rate is measured
 against. Nothing it does is counted in the regime's cost.
+
+Responses are sampled and scored in one precision, ``eval.precision``, so the KL describes the model
+that drew the samples. The audit reports, in nats per response (summed over its tokens):
+
+- ``kl/true``: exact KL(policy || judge) on the policy's evaluation samples (float64 over the vocabulary),
+  with its sampled estimators ``kl/true_k1``, ``kl/true_k3``;
+- ``kl/approx``, the stand-in divergence: exact KL(policy || the regime's reference) on the same samples.
+  For DPO it is not a KL the run trained against: DPO never computes one;
+- ``kl/abs_err``: |stand-in divergence - true KL|; ``kl/logp_*``: errors of the regime's per-token
+  log-probs against the judge's on the sampled tokens.
 """
 
 from __future__ import annotations
 
-from ablate.config import value_of
 import math
 from dataclasses import dataclass, field
 
 import torch
 
+from ablate.config import value_of
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
 from ablate.models.precision import autocast, unwrapped_forward
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch
-from ablate.refs.model_backed import freeze, next_token_logprobs
+from ablate.refs.model_backed import freeze, next_token_logits
+
+LOGP_KEYS = ("logp_mae", "logp_rmse", "logp_max_err")
+
+
+def sampling_seed(eval_seed: int | None, run_seed: int) -> int:
+    """The evaluation's sampling seed: ``eval.seed`` when set, else ``1234 + 1000 * seed`` (each run seed has
+    its own evaluation noise; seed 0 keeps the former fixed 1234). The SFT baseline uses this seed + 1."""
+    return int(eval_seed) if eval_seed is not None else 1234 + 1000 * int(run_seed)
 
 
 @dataclass
@@ -29,9 +47,20 @@ class EvalResult:
     nan_reasons: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class _Audit:
+    """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
+
+    per_sample: dict[str, list[float]] = field(
+        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len")})
+    approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
+    judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
 class Evaluator:
     def __init__(self, *, judge: torch.nn.Module, tokenizer, prompts: list[str], heldout: list[str], reward, safety,
-                 eval_cfg, task_cfg, precision, device: torch.device, proxy=None):
+                 eval_cfg, task_cfg, run_seed: int, device: torch.device, proxy=None):
         self.judge = freeze(judge)
         self.tok = tokenizer
         self.prompts = prompts
@@ -40,15 +69,15 @@ class Evaluator:
         self.safety = safety
         self.cfg = eval_cfg
         self.task = task_cfg
-        self.precision = value_of(precision)  # sampling precision (the policy's)
-        self.scoring = value_of(eval_cfg.scoring_precision)
+        self.precision = value_of(eval_cfg.precision)  # sampling and scoring precision
+        self.seed = sampling_seed(eval_cfg.seed, run_seed)
         self.device = device
         self._sft: dict | None = None
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
 
     # ------------------------------------------------------------------------------------ sampling
     def _sample(self, model, seed: int, desc: str) -> list[SampledBatch]:
-        # sampled in the policy's precision (our autocast), outside Accelerate's per-call wrapper
+        """Responses sampled in ``eval.precision``, outside Accelerate's per-call autocast wrapper."""
         with unwrapped_forward(model):
             return sample(model, self.tok, self.prompts, max_new_tokens=self.task.max_new_tokens,
                           temperature=self.task.temperature, batch_size=self.cfg.batch_size, seed=seed,
@@ -57,88 +86,115 @@ class Evaluator:
     def sft_baseline(self) -> dict:
         """The SFT model's responses to the evaluation prompts, sampled once (another seed than the policy's)."""
         if self._sft is None:
-            texts = [t for b in self._sample(self.judge, self.cfg.seed + 1, "eval: SFT baseline") for t in b.texts]
+            texts = [t for b in self._sample(self.judge, self.seed + 1, "eval: SFT baseline") for t in b.texts]
             self._sft = {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
         return self._sft
 
     # ------------------------------------------------------------------------------------- scoring
-    def _policy_logprobs(self, policy, batch: TokenBatch) -> torch.Tensor:
-        with torch.no_grad(), unwrapped_forward(policy):
-            logits = policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        return torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    def _policy_scores(self, policy, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1, V] float32 next-token logits of the policy, outside Accelerate's wrapper."""
+        with unwrapped_forward(policy):
+            return next_token_logits(policy, batch)
 
     def perplexity(self, policy) -> float:
-        """exp of the token-weighted mean NLL of the policy on held-out plain text."""
+        """exp of the token-weighted mean NLL of the policy on held-out plain text (float64 log-softmax)."""
         nll, n = 0.0, 0
         was_training = policy.training
         policy.eval()
         try:
             for i in range(0, len(self.heldout), self.cfg.batch_size):
                 enc = self.tok(self.heldout[i:i + self.cfg.batch_size], return_tensors="pt", padding=True).to(self.device)
-                with torch.no_grad(), autocast(self.device, self.scoring), unwrapped_forward(policy):
-                    logits = policy(**enc, use_cache=False).logits
-                lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-                tgt = enc["input_ids"][:, 1:]
                 mask = enc["attention_mask"][:, 1:].bool() & enc["attention_mask"][:, :-1].bool()
-                tok_lp = lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-                nll -= tok_lp[mask].double().sum().item()
+                batch = TokenBatch(enc["input_ids"], enc["attention_mask"], enc["attention_mask"])
+                with autocast(self.device, self.precision):
+                    scores = self._policy_scores(policy, batch)
+                tok_lp = klm.token_logprobs(scores, enc["input_ids"][:, 1:], mask)
+                nll -= tok_lp[mask].sum().item()
                 n += int(mask.sum())
         finally:
             policy.train(was_training)
         return math.exp(nll / n) if n else float("nan")
 
+    def _stand_in(self, reference: Reference, batch: TokenBatch, audit: _Audit) -> torch.Tensor | None:
+        """The regime's next-token log-scores, or None (with the reason) when it has none."""
+        if "kl_approx" in audit.reasons:
+            return None
+        if not reference.has_reference:
+            audit.reasons["kl_approx"] = (f"ref={reference.name} trains without a reference: there is no "
+                                          f"stand-in divergence")
+            return None
+        try:
+            return reference.distribution(batch)
+        except NotImplementedError as e:
+            audit.reasons["kl_approx"] = str(e)
+            return None
+
+    def _regime_logprobs(self, reference: Reference, batch: TokenBatch, audit: _Audit) -> torch.Tensor | None:
+        """The regime's per-token log-probs of the sampled tokens, or None (with the reason) when it has none."""
+        if not reference.has_reference or "logp_mae" in audit.reasons:
+            return None
+        try:
+            return reference.audit_logprobs(batch)
+        except NotImplementedError as e:
+            audit.reasons.update(dict.fromkeys(LOGP_KEYS, str(e)))
+            return None
+
+    def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: _Audit) -> None:
+        batch = sb.batch.to(self.device)
+        mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
+        with torch.no_grad(), autocast(self.device, self.precision):
+            regime_logp = self._regime_logprobs(reference, batch, audit)
+            pol = self._policy_scores(policy, batch)
+            judge = next_token_logits(self.judge, batch)
+            stand_in = self._stand_in(reference, batch, audit)
+        terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
+        del pol, judge, stand_in
+        ps = audit.per_sample
+        ps["kl"] += klm.sequence_sum(terms.kl, mask).tolist()
+        est = klm.kl_estimators(terms.logp, terms.judge_logp)
+        ps["k1"] += klm.sequence_sum(est["k1"], mask).tolist()
+        ps["k3"] += klm.sequence_sum(est["k3"], mask).tolist()
+        if terms.stand_in_kl is not None:
+            ps["kl_approx"] += klm.sequence_sum(terms.stand_in_kl, mask).tolist()
+        if regime_logp is not None:
+            audit.approx_logp.append(regime_logp[mask].double())
+            audit.judge_logp.append(terms.judge_logp[mask])
+        ps["len"] += [float(x) for x in sb.lengths]
+
+    def _kl_metrics(self, audit: _Audit) -> dict[str, float]:
+        """kl/*: means over the samples of the per-response sums, and the regime's per-token log-prob errors."""
+        ps, reasons = audit.per_sample, audit.reasons
+        kl_true = mm.mean(ps["kl"])
+        kl_approx = float("nan") if "kl_approx" in reasons else mm.mean(ps["kl_approx"])
+        if "kl_approx" in reasons:
+            reasons["kl_abs_err"] = reasons["kl_approx"]
+        if audit.approx_logp:
+            a, t = torch.cat(audit.approx_logp), torch.cat(audit.judge_logp)
+            errors = klm.logprob_errors(a, t, torch.ones_like(a, dtype=torch.bool))
+        else:
+            errors = dict.fromkeys(LOGP_KEYS, float("nan"))
+        for k in LOGP_KEYS:
+            if math.isnan(errors[k]):
+                reasons.setdefault(k, reasons.get("kl_approx", "no response tokens"))
+        return {"kl/true": kl_true, "kl/true_k1": mm.mean(ps["k1"]), "kl/true_k3": mm.mean(ps["k3"]),
+                "kl/approx": kl_approx, "kl/abs_err": abs(kl_approx - kl_true),
+                **{f"kl/{k}": errors[k] for k in LOGP_KEYS}}
+
     def evaluate(self, policy, reference: Reference, step: int) -> EvalResult:
         sft = self.sft_baseline()
         was_training = policy.training
         policy.eval()
-        reasons: dict[str, str] = {}
-        approx_ok = reference.has_reference
-        if not approx_ok:
-            reasons["kl_approx"] = f"ref={reference.name} trains without a reference: there is no approximate KL"
-        per_sample: dict[str, list[float]] = {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len")}
+        audit = _Audit()
         texts: list[str] = []
-        err_sq, err_abs, err_max, err_n = 0.0, 0.0, 0.0, 0
         try:
-            for sb in self._sample(policy, self.cfg.seed, f"eval@{step}: sampling"):
+            for sb in self._sample(policy, self.seed, f"eval@{step}: sampling"):
                 texts += sb.texts
-                batch = sb.batch.to(self.device)
-                mask = batch.target_mask
-                tokens = batch.input_ids[:, 1:]
-                with autocast(self.device, self.scoring):
-                    pol = self._policy_logprobs(policy, batch)
-                    true = next_token_logprobs(self.judge, batch)
-                    per_sample["kl"] += klm.sequence_sum(klm.exact_kl_per_token(pol, true), mask).tolist()
-                    logp = klm.gather_token_logprobs(pol, tokens)
-                    true_logp = klm.gather_token_logprobs(true, tokens)
-                    est = klm.kl_estimators(logp, true_logp)
-                    per_sample["k1"] += klm.sequence_sum(est["k1"], mask).tolist()
-                    per_sample["k3"] += klm.sequence_sum(est["k3"], mask).tolist()
-                    del true
-                    if approx_ok:
-                        try:
-                            approx = reference.distribution(batch)
-                            per_sample["kl_approx"] += klm.sequence_sum(klm.exact_kl_per_token(pol, approx), mask).tolist()
-                            del approx
-                        except NotImplementedError as e:
-                            approx_ok = False
-                            reasons["kl_approx"] = str(e)
-                    if reference.has_reference and "logp_mae" not in reasons:
-                        try:
-                            approx_logp = reference.audit_logprobs(batch)
-                        except NotImplementedError as e:
-                            reasons["logp_mae"] = reasons["logp_rmse"] = reasons["logp_max_err"] = str(e)
-                        else:
-                            d = (approx_logp - true_logp)[mask].double()
-                            if d.numel():
-                                err_sq += d.pow(2).sum().item()
-                                err_abs += d.abs().sum().item()
-                                err_max = max(err_max, d.abs().max().item())
-                                err_n += d.numel()
-                per_sample["len"] += [float(x) for x in sb.lengths]
+                self._audit_batch(policy, reference, sb, audit)
             ppl = self.perplexity(policy)
         finally:
             policy.train(was_training)
 
+        reasons, ps = audit.reasons, audit.per_sample
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
         wr = mm.win_rate(rewards, sft["rewards"])
@@ -147,38 +203,23 @@ class Evaluator:
         else:
             proxy_mean = float("nan")
             reasons["reward_proxy"] = "the run trains on the gold reward (no learned reward model)"
-        kl_true = mm.mean(per_sample["kl"])
-        kl_approx = mm.mean(per_sample["kl_approx"]) if approx_ok else float("nan")
-        abs_err = abs(kl_approx - kl_true)
-        rel_err = abs_err / kl_true if kl_true != 0 else float("nan")
-        if approx_ok and kl_true == 0:
-            reasons["kl_rel_err"] = "kl_true is 0 (the policy equals the reference): relative error undefined"
-        elif not approx_ok:
-            reasons["kl_abs_err"] = reasons["kl_rel_err"] = reasons["kl_approx"]
-        if err_n == 0 or "logp_mae" in reasons:
-            err_n = 0
-            for k in ("logp_mae", "logp_rmse", "logp_max_err"):
-                reasons.setdefault(k, reasons.get("kl_approx", "no response tokens"))
         metrics = {
             "eval/win_rate": wr["win_rate"], "eval/win_rate_lo": wr["win_rate_lo"], "eval/win_rate_hi": wr["win_rate_hi"],
             "eval/reward_gold": mm.mean(rewards), "eval/reward_gold_sft": mm.mean(sft["rewards"]),
             "eval/reward_proxy": proxy_mean,
-            "eval/ppl": ppl, "eval/length": mm.mean(per_sample["len"]),
+            "eval/ppl": ppl, "eval/length": mm.mean(ps["len"]),
             "eval/rep_2": mm.mean_rep_n(texts, 2), "eval/distinct_2": mm.distinct_n(texts, 2),
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),
             "eval/unsafe_rate_sft": mm.mean([float(p >= self.safety.threshold) for p in sft["unsafe"]]),
-            "kl/true": kl_true, "kl/true_k1": mm.mean(per_sample["k1"]), "kl/true_k3": mm.mean(per_sample["k3"]),
-            "kl/approx": kl_approx, "kl/abs_err": abs_err, "kl/rel_err": rel_err,
-            "kl/logp_mae": err_abs / err_n if err_n else float("nan"),
-            "kl/logp_rmse": math.sqrt(err_sq / err_n) if err_n else float("nan"),
-            "kl/logp_max_err": err_max if err_n else float("nan"),
+            **self._kl_metrics(audit),
         }
+        approx = ps["kl_approx"] if "kl_approx" not in reasons else [float("nan")] * len(texts)
         samples = [
             {"step": step, "prompt": p, "policy_response": t, "sft_response": st, "policy_reward": r, "sft_reward": sr,
              "policy_unsafe_prob": u, "sft_unsafe_prob": su, "kl_true": k, "kl_k1": k1, "kl_k3": k3,
-             "kl_approx": (per_sample["kl_approx"][i] if approx_ok else float("nan")), "length": n}
-            for i, (p, t, st, r, sr, u, su, k, k1, k3, n) in enumerate(zip(
+             "kl_approx": ka, "length": n}
+            for p, t, st, r, sr, u, su, k, k1, k3, ka, n in zip(
                 self.prompts, texts, sft["texts"], rewards, sft["rewards"], unsafe_p, sft["unsafe"],
-                per_sample["kl"], per_sample["k1"], per_sample["k3"], per_sample["len"]))
+                ps["kl"], ps["k1"], ps["k3"], approx, ps["len"])
         ]
         return EvalResult(step, metrics, samples, reasons)

@@ -3,7 +3,13 @@
 Conventions: per-token values of a batch of responses are ``[B, T]`` tensors
 with a float/bool ``mask`` ``[B, T]`` marking real response tokens. ``logp`` is
 the policy log-prob of the sampled token, ``ref_logp`` the reference log-prob
-of the same token. Full distributions are log-probs ``[B, T, V]``.
+of the same token. Full distributions are ``[B, T, V]`` *log-scores*: logits, or
+log-probs (which are logits already normalised); ``log_softmax`` of a row is
+the distribution it describes.
+
+The evaluator's audit (:func:`audit_terms`) normalises and sums in float64, a
+chunk of positions at a time, so its own rounding is far below the divergences
+it measures and no ``[B, T, V]`` float64 tensor is ever held.
 
 No value is clamped: an infinite KL stays infinite.
 """
@@ -11,17 +17,68 @@ No value is clamped: an infinite KL stays infinite.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+#: float64 elements in one ``[positions, V]`` working tensor of the audit (4 MiB; about ten live at once):
+#: it bounds the audit's own memory whatever the batch (for SmolLM2, V = 49152: 10 positions a chunk).
+CHUNK_ELEMENTS = 1 << 19
+#: above this exponent ``expm1`` would overflow: the term is formed as exp(log p + n) - p (1 + n) instead.
+_EXP_SAFE = 600.0
+#: below this size ``expm1(n) - n`` is taken from its series (exactly >= 0, no cancellation).
+_SERIES = 1e-5
+
+
+def _exp_excess(n: Tensor) -> Tensor:
+    """``exp(n) - 1 - n`` (>= 0) for ``n <= _EXP_SAFE``: its series near 0, ``expm1(n) - n`` elsewhere."""
+    series = n * n * (0.5 + n * (1.0 / 6.0 + n / 24.0))
+    return torch.where(n.abs() < _SERIES, series, torch.expm1(n) - n)
+
+
+def kl_from_scores(x: Tensor, y: Tensor) -> Tensor:
+    """Exact ``KL(softmax x || softmax y)`` over the last axis, float64, for log-scores ``x``, ``y``.
+
+    With ``p = softmax x``, ``d = x - y`` (log p - log q up to a per-row constant) and ``e = d - E_p[d]``:
+    ``KL = log E_p[exp(-e)] = log1p(E_p[exp(-e) - 1 + e])`` (as ``E_p[e] = 0``), plus ``-log(1 - q_out)``
+    where ``q_out`` is q's mass on tokens p gives exactly 0. Every term is >= 0, so the KL is never
+    negative and a tiny KL is not the difference of large numbers: the textbook ``sum p (log p - log q)``
+    in float64 cancels to about 1e-16 absolute, which is 100% of a KL between logits that differ by 1e-7.
+    A row whose sum overflows (a KL beyond about 700 nats) is computed as a log-sum-exp instead.
+    Entries with ``x = -inf`` (``p`` exactly 0) contribute 0; ``y = -inf`` (``q`` exactly 0) where
+    ``p > 0`` gives ``+inf``; NaN scores give NaN.
+    """
+    x, y = x.double(), y.double()
+    lp = x.log_softmax(-1)
+    p = lp.exp()
+    support = lp > -math.inf  # p > 0 in exact arithmetic, even where exp(lp) underflows
+    no_q = support & torch.isneginf(y)
+    d = torch.where(support & ~no_q, x - y, 0.0)
+    n = torch.where(support, (p * d).sum(-1, keepdim=True) - d, 0.0)  # -e
+    del d
+    hi = n > _EXP_SAFE
+    if bool(hi.any()):
+        terms = torch.where(hi, (lp + n).exp() - p * (1.0 + n), p * _exp_excess(torch.where(hi, 0.0, n)))
+    else:
+        terms = p * _exp_excess(n)
+    total = terms.sum(-1)
+    kl = torch.log1p(total)
+    if bool(torch.isinf(total).any()):
+        kl = torch.where(torch.isinf(total), (lp + n).logsumexp(-1) - (p * n).sum(-1), kl)
+    if not bool(support.all()):
+        q_out = torch.where(support, 0.0, y.softmax(-1)).sum(-1)
+        kl = kl - torch.log1p(-q_out)
+    return torch.where(no_q.any(-1), math.inf, kl)
 
 
 def exact_kl_per_token(policy_logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Exact ``KL(p || q) = sum_v p (log p - log q)`` per position, ``[B, T]``.
 
     Entries with ``p == 0`` contribute exactly 0 (even where ``q == 0``);
-    ``q == 0`` with ``p > 0`` gives ``+inf``. Computed in float64 and returned
-    in the promoted input dtype.
+    ``q == 0`` with ``p > 0`` gives ``+inf``. Computed in float64 by
+    :func:`kl_from_scores` (the inputs may also be unnormalised log-scores) and
+    returned in the promoted input dtype.
     """
     if policy_logprobs.shape != ref_logprobs.shape:
         raise ValueError(
@@ -29,14 +86,7 @@ def exact_kl_per_token(policy_logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
             f"{tuple(ref_logprobs.shape)}"
         )
     out_dtype = torch.promote_types(policy_logprobs.dtype, ref_logprobs.dtype)
-    lp = policy_logprobs.to(torch.float64)
-    lq = ref_logprobs.to(torch.float64)
-    p = lp.exp()
-    support = p > 0
-    # Substitute harmless values off the support so -inf - -inf never forms NaN.
-    diff = torch.where(support, lp - lq, torch.zeros_like(lp))
-    terms = torch.where(support, p * diff, torch.zeros_like(lp))
-    return terms.sum(dim=-1).to(out_dtype)
+    return kl_from_scores(policy_logprobs, ref_logprobs).to(out_dtype)
 
 
 def kl_estimators(logp: Tensor, ref_logp: Tensor) -> dict[str, Tensor]:
@@ -104,3 +154,65 @@ def gather_token_logprobs(logprobs: Tensor, tokens: Tensor) -> Tensor:
             f"{tuple(tokens.shape)}"
         )
     return logprobs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+
+@dataclass
+class AuditTerms:
+    """Per-token values of the evaluator's audit, float64 ``[B, T]``, 0 off the mask."""
+
+    kl: Tensor  # exact KL(policy || judge) at each position
+    logp: Tensor  # the policy's log-prob of the sampled token
+    judge_logp: Tensor  # the judge's (the full reference's) log-prob of the sampled token
+    stand_in_kl: Tensor | None  # exact KL(policy || stand-in), when a stand-in was given
+
+
+def _chunks(mask: Tensor, vocab: int, chunk_elements: int):
+    """(batch index, time index) of the masked positions, ``chunk_elements // vocab`` at a time."""
+    rows, cols = mask.bool().nonzero(as_tuple=True)
+    step = max(1, chunk_elements // max(vocab, 1))
+    for s in range(0, rows.numel(), step):
+        yield rows[s:s + step], cols[s:s + step]
+
+
+def _check_scores(scores: Tensor, tokens: Tensor, mask: Tensor, what: str) -> None:
+    if scores.shape[:-1] != tokens.shape or tokens.shape != mask.shape:
+        raise ValueError(f"shape mismatch: {what} {tuple(scores.shape)}, tokens {tuple(tokens.shape)}, "
+                         f"mask {tuple(mask.shape)}")
+
+
+def token_logprobs(scores: Tensor, tokens: Tensor, mask: Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """float64 ``[B, T]`` log-probs of ``tokens`` under ``log_softmax(scores)`` (``[B, T, V]`` log-scores),
+    0 off the mask; normalised a chunk of positions at a time."""
+    _check_scores(scores, tokens, mask, "scores")
+    out = torch.zeros(tokens.shape, dtype=torch.float64, device=scores.device)
+    for b, t in _chunks(mask, scores.shape[-1], chunk_elements):
+        x = scores[b, t].double()
+        out[b, t] = x.gather(-1, tokens[b, t].long().unsqueeze(-1)).squeeze(-1) - x.logsumexp(-1)
+    return out
+
+
+def audit_terms(policy: Tensor, judge: Tensor, tokens: Tensor, mask: Tensor, stand_in: Tensor | None = None,
+                chunk_elements: int = CHUNK_ELEMENTS) -> AuditTerms:
+    """The audit of one batch of sampled responses from ``[B, T, V]`` log-scores (logits or log-probs,
+    any float dtype) of the policy, the judge and optionally the regime's stand-in, at the sampled
+    ``tokens`` ``[B, T]`` where ``mask`` is set.
+
+    Each chunk of ``chunk_elements // V`` positions is normalised with a float64 log-softmax and summed in
+    float64 (:func:`kl_from_scores`); positions off the mask are not computed.
+    """
+    _check_scores(policy, tokens, mask, "policy")
+    _check_scores(judge, tokens, mask, "judge")
+    if stand_in is not None:
+        _check_scores(stand_in, tokens, mask, "stand-in")
+    zeros = lambda: torch.zeros(tokens.shape, dtype=torch.float64, device=policy.device)  # noqa: E731
+    out = AuditTerms(zeros(), zeros(), zeros(), zeros() if stand_in is not None else None)
+    for b, t in _chunks(mask, policy.shape[-1], chunk_elements):
+        tok = tokens[b, t].long().unsqueeze(-1)
+        x, y = policy[b, t].double(), judge[b, t].double()
+        out.logp[b, t] = x.gather(-1, tok).squeeze(-1) - x.logsumexp(-1)
+        out.judge_logp[b, t] = y.gather(-1, tok).squeeze(-1) - y.logsumexp(-1)
+        out.kl[b, t] = kl_from_scores(x, y)
+        del y
+        if stand_in is not None:
+            out.stand_in_kl[b, t] = kl_from_scores(x, stand_in[b, t])
+    return out

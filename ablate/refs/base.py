@@ -114,8 +114,9 @@ class Reference(ABC):
         return self._logprobs(batch)
 
     def distribution(self, batch: TokenBatch) -> torch.Tensor:
-        """[B, T-1, V] reference next-token log-probs at each position (exact or as the regime approximates
-        them). For audits: not timed as training cost."""
+        """[B, T-1, V] float32 next-token log-scores at each position (logits, or normalised log-probs; exact or
+        as the regime approximates them): ``log_softmax`` of a row is the distribution, and the audit takes it
+        in float64 (``ablate.eval.kl.audit_terms``). For audits: not timed as training cost."""
         return self._distribution(batch)
 
     def step(self, policy: torch.nn.Module, step: int) -> None:

@@ -40,6 +40,10 @@ class EmaReference(ModelReference):
             raise ConfigError(f"ref={cls.name} updates the reference from the policy's weights, which needs full "
                               f"fine-tuning: drop model.adapter.enabled=true (or use ref=shared)")
 
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self._cost.extra["updates"] = 0
+
     def step(self, policy: torch.nn.Module, step: int) -> None:
         if step % self.cfg.tau:
             return

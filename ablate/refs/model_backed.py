@@ -42,11 +42,17 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     return out.log_probs.float()
 
 
-def next_token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-    """[B, T-1, V] float32 next-token log-probs at each position."""
+def next_token_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1, V] float32 next-token logits at each position (unnormalised log-scores: no copy is made
+    when the model's logits are float32; the audit normalises them in float64, a chunk at a time)."""
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-    return torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logits[:, :-1].float()
+
+
+def next_token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1, V] float32 next-token log-probs at each position (normalised in float32)."""
+    return torch.log_softmax(next_token_logits(model, batch), dim=-1)
 
 
 class ModelReference(Reference):
@@ -69,4 +75,5 @@ class ModelReference(Reference):
         return token_logprobs(self.model, batch.to(self.ctx.device))
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
-        return next_token_logprobs(self.model, batch.to(self.ctx.device))
+        """[B, T-1, V] float32 next-token logits of the held model (unnormalised log-scores)."""
+        return next_token_logits(self.model, batch.to(self.ctx.device))

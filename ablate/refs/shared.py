@@ -13,7 +13,7 @@ from ablate.config import RefConfig
 from ablate.errors import ConfigError
 from ablate.models.precision import unwrapped_forward
 from ablate.refs.base import Reference, TokenBatch, register
-from ablate.refs.model_backed import add_logprob_head
+from ablate.refs.model_backed import add_logprob_head, next_token_logits
 
 
 @dataclass
@@ -59,7 +59,7 @@ class SharedReference(Reference):
         return out.log_probs.float()
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1, V] float32 next-token logits of the adapter-disabled policy (unnormalised log-scores)."""
         batch = batch.to(self.ctx.device)
         with self._base() as model:
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        return torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            return next_token_logits(model, batch)

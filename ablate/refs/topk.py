@@ -20,7 +20,7 @@ import torch
 
 from ablate.config import RefConfig, _check
 from ablate.refs.base import TokenBatch, register
-from ablate.refs.model_backed import ModelReference, next_token_logprobs
+from ablate.refs.model_backed import ModelReference, next_token_logits
 
 
 @dataclass
@@ -61,12 +61,18 @@ class TopKReference(ModelReference):
         vocab = self.model.get_output_embeddings().weight.shape[0]
         self._cost.extra.update(stored_bytes_per_position=min(cfg.k, vocab) * 8 + 4, full_bytes_per_position=4 * vocab)
 
+    def _approximation(self, logits: torch.Tensor) -> torch.Tensor:
+        """The top-k approximation (normalised float32 log-probs) of the model's next-token logits."""
+        return topk_distribution(torch.log_softmax(logits, dim=-1), self.cfg.k, self.cfg.tail, self.cfg.tail_floor)
+
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
-        full = next_token_logprobs(self.model, batch.to(self.ctx.device))
-        return topk_distribution(full, self.cfg.k, self.cfg.tail, self.cfg.tail_floor)
+        """[B, T-1, V] float32 log-scores: the model's logits when ``k >= V`` (every entry kept: the full
+        distribution, exactly), else the top-k approximation's normalised log-probs."""
+        logits = next_token_logits(self.model, batch.to(self.ctx.device))
+        return logits if self.cfg.k >= logits.shape[-1] else self._approximation(logits)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         batch = batch.to(self.ctx.device)
-        approx = self._distribution(batch)
+        approx = self._approximation(next_token_logits(self.model, batch))
         lp = approx.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         return torch.where(batch.target_mask, lp, torch.zeros_like(lp))

@@ -7,7 +7,7 @@ import torch
 from ablate.eval.kl import exact_kl_per_token, gather_token_logprobs
 from ablate.refs import REGISTRY
 from ablate.refs.full import FullRefConfig, FullReference
-from ablate.refs.model_backed import next_token_logprobs, token_logprobs
+from ablate.refs.model_backed import next_token_logits, token_logprobs
 from tests.conftest import token_batch
 
 PROMPTS = ["Review the film:", "Continue: I watched it and"]
@@ -30,7 +30,7 @@ def test_equals_the_sft_policy_and_kl_is_zero(ref_ctx, tiny_model, tokenizer):
     batch = token_batch(tokenizer, PROMPTS, RESPONSES)
     tiny_model.train()  # the policy trains with dropout layers present; the reference must not care
     assert torch.equal(ref.logprobs(batch), token_logprobs(tiny_model.eval(), batch))
-    pol = next_token_logprobs(tiny_model, batch)
+    pol = next_token_logits(tiny_model, batch)
     kl = exact_kl_per_token(pol, ref.distribution(batch))
     assert torch.count_nonzero(kl[batch.target_mask]) == 0
 
@@ -39,7 +39,7 @@ def test_logprobs_and_distribution_agree_on_response_tokens(ref_ctx, tokenizer):
     ref = FullReference(FullRefConfig(), ref_ctx)
     batch = token_batch(tokenizer, PROMPTS, RESPONSES)
     lp = ref.logprobs(batch)
-    gathered = gather_token_logprobs(ref.distribution(batch), batch.input_ids[:, 1:])
+    gathered = gather_token_logprobs(ref.distribution(batch).log_softmax(-1), batch.input_ids[:, 1:])
     mask = batch.target_mask
     assert torch.allclose(lp[mask], gathered[mask], atol=1e-4)
     assert (lp[~mask] == 0).all()

@@ -1,0 +1,30 @@
+"""The audit at an evaluation step, and the final one, is against the reference the last step trained with:
+the reference is stepped after the evaluation, and never after the final optimiser step."""
+
+from __future__ import annotations
+
+import json
+
+from ablate.run import run_job
+from tests.conftest import TINY_FAST, compose
+
+# TINY_FAST's task (so the session's cached pairs are reused): 3 DPO steps, evaluations at 0, 2 and 3
+TINY = [*TINY_FAST, "algo=dpo", "algo.learning_rate=1e-3", "checkpoint.interval=0"]
+
+
+def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
+    """ref=snapshot with tau=1: step s trains against the policy after step s-1. An evaluation after step s
+    must audit that reference (one update fewer than steps taken, and not the policy itself: KL > 0)."""
+    raw = compose(*TINY, "ref=snapshot", "ref.tau=1")
+    raw.out_dir = str(tmp_path / "run")
+    summary = run_job(raw)
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r for r in rows if "kl/approx" in r}
+    assert sorted(evals) == [0, 2, 3]
+    assert evals[0]["kl/approx"] == 0.0  # before training the reference is the policy
+    # at step 2: the reference of step 2 is the snapshot taken after step 1 (before: after step 2, the policy)
+    assert evals[2]["cost/ref_updates"] == 1 and evals[2]["kl/approx"] > 0
+    # at the end: the snapshot taken after step 2, which step 3 trained with; no update after the last step
+    assert evals[3]["cost/ref_updates"] == 2 and evals[3]["kl/approx"] > 0
+    assert summary["ref_updates"] == 2
