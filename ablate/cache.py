@@ -14,9 +14,10 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ablate.errors import CacheCorrupted
 
@@ -100,9 +101,7 @@ class CacheEntry:
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
         try:
             yield tmp
-            files = {
-                str(f.relative_to(tmp)): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()
-            }
+            files = {str(f.relative_to(tmp)): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
             meta = {"kind": self.kind, "digest": self.digest, "key": self.key, "files": files, **(extra_meta or {})}
             (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
             if self.path.exists():  # someone else built it meanwhile, or a stale partial entry

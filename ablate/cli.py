@@ -29,8 +29,11 @@ REQUIRED = {
     "gguf": ("gguf", "reading SmolLM2's GGUF file"),
 }
 # imported while composing, before check_packages can look (a missing one is named, not traced)
-COMPOSE_TIME = {"hydra": ("hydra-core==1.3.8", "the command line"), "omegaconf": ("hydra-core==1.3.8", "configs"),
-                "huggingface_hub": ("transformers==5.24.0", "models")}
+COMPOSE_TIME = {
+    "hydra": ("hydra-core==1.3.8", "the command line"),
+    "omegaconf": ("hydra-core==1.3.8", "configs"),
+    "huggingface_hub": ("transformers==5.24.0", "models"),
+}
 
 _friendly = one_line  # the name ablate.bench imports
 
@@ -48,8 +51,20 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
 
     args = [a for a in argv if not _is_flag(a)]
     # drop the values of flags that take one (e.g. --config-name x, -cn x, --cfg job)
-    for flag in ("--config-name", "-cn", "--config-path", "-cp", "--cfg", "-c", "--package", "-p",
-                 "--info", "--config-dir", "-cd", "--experimental-rerun"):
+    for flag in (
+        "--config-name",
+        "-cn",
+        "--config-path",
+        "-cp",
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--info",
+        "--config-dir",
+        "-cd",
+        "--experimental-rerun",
+    ):
         if flag in argv:
             i = argv.index(flag)
             if i + 1 < len(argv) and argv[i + 1] in args:
@@ -105,8 +120,10 @@ def _launcher_check(argv: list[str]) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg.hydra.launcher))
     if missing:
         launcher = cfg.hydra.runtime.choices.get("hydra/launcher")
-        raise ConfigError(f"hydra.launcher.{missing[0]} is required with hydra/launcher={launcher}: "
-                          f"add hydra.launcher.{missing[0]}=...")
+        raise ConfigError(
+            f"hydra.launcher.{missing[0]} is required with hydra/launcher={launcher}: "
+            f"add hydra.launcher.{missing[0]}=..."
+        )
 
 
 def check_packages(cfg) -> None:
@@ -140,8 +157,7 @@ def refuse_unknown_keys(raw) -> None:
     parent, _, leaf = key.rpartition(".")
     close = difflib.get_close_matches(leaf, known, n=1)
     hint = f" (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else ""
-    raise ConfigError(f"unknown key {key!r}{hint}; keys the schema lacks are refused, with or without '+': "
-                      f"{CFG_HINT}")
+    raise ConfigError(f"unknown key {key!r}{hint}; keys the schema lacks are refused, with or without '+': {CFG_HINT}")
 
 
 def check_job(overrides: list[str]) -> None:

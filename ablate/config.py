@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -53,14 +53,16 @@ class AdapterConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING  # smollm2 | tiny | hf
-    name_or_path: Optional[str] = None  # hf only: a hub id or a local folder
+    name_or_path: str | None = None  # hf only: a hub id or a local folder
     precision: Precision = Precision.bf16
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
 
     def __post_init__(self) -> None:
-        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
-               f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _check(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}",
+        )
 
 
 @dataclass
@@ -77,13 +79,15 @@ class TinyModelConfig(ModelConfig):
             v = getattr(self, k)
             _check(v >= 32 and v % 32 == 0, f"model.{k} must be a positive multiple of 32, got {v}")
         _check(self.num_layers >= 1, f"model.num_layers must be >= 1, got {self.num_layers}")
-        _check(self.num_heads >= 1 and self.hidden_size % self.num_heads == 0,
-               f"model.num_heads must divide hidden_size ({self.hidden_size}), got {self.num_heads}")
+        _check(
+            self.num_heads >= 1 and self.hidden_size % self.num_heads == 0,
+            f"model.num_heads must divide hidden_size ({self.hidden_size}), got {self.num_heads}",
+        )
 
 
 @dataclass
 class HFModelConfig(ModelConfig):
-    name_or_path: Optional[str] = MISSING
+    name_or_path: str | None = MISSING
 
 
 # ------------------------------------------------------------------------------------------------ task
@@ -105,13 +109,16 @@ class TaskConfig:
         _check(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
         _check(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
         _check(1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}")
-        _check(self.temperature == 1.0,
-               f"task.temperature must be 1.0, got {self.temperature}: evaluation's k1/k3 KL estimates and win "
-               f"rate need samples from the policy itself, and its log-probs are scored untempered")
+        _check(
+            self.temperature == 1.0,
+            f"task.temperature must be 1.0, got {self.temperature}: evaluation's k1/k3 KL estimates and win "
+            f"rate need samples from the policy itself, and its log-probs are scored untempered",
+        )
         _check(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
         _check(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
-        _check(0.0 <= self.unsafe_threshold <= 1.0,
-               f"task.unsafe_threshold must be in [0, 1], got {self.unsafe_threshold}")
+        _check(
+            0.0 <= self.unsafe_threshold <= 1.0, f"task.unsafe_threshold must be in [0, 1], got {self.unsafe_threshold}"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ algo
@@ -179,7 +186,9 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.epochs >= 1, f"algo.reward_model.epochs must be >= 1, got {self.epochs}")
-        _check(0 < self.learning_rate < 1, f"algo.reward_model.learning_rate must be in (0, 1), got {self.learning_rate}")
+        _check(
+            0 < self.learning_rate < 1, f"algo.reward_model.learning_rate must be in (0, 1), got {self.learning_rate}"
+        )
         _check(self.batch_size >= 1, f"algo.reward_model.batch_size must be >= 1, got {self.batch_size}")
 
 
@@ -202,8 +211,10 @@ class OnlineAlgoConfig(AlgoConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.temperature == 1.0, f"algo.temperature must be 1.0 (reference log-probs are untempered), got "
-                                        f"{self.temperature}")
+        _check(
+            self.temperature == 1.0,
+            f"algo.temperature must be 1.0 (reference log-probs are untempered), got {self.temperature}",
+        )
         _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
         _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
 
@@ -221,8 +232,10 @@ class GRPOAlgoConfig(OnlineAlgoConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
-        _check(self.batch_size % self.num_generations == 0,
-               f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})")
+        _check(
+            self.batch_size % self.num_generations == 0,
+            f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})",
+        )
 
 
 @dataclass
@@ -244,8 +257,10 @@ class PPOAlgoConfig(OnlineAlgoConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(1 <= self.minibatch_size <= self.batch_size,
-               f"algo.minibatch_size must be in [1, algo.batch_size={self.batch_size}], got {self.minibatch_size}")
+        _check(
+            1 <= self.minibatch_size <= self.batch_size,
+            f"algo.minibatch_size must be in [1, algo.batch_size={self.batch_size}], got {self.minibatch_size}",
+        )
         _check(self.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
         _check(0 < self.cliprange < 1, f"algo.cliprange must be in (0, 1), got {self.cliprange}")
         _check(self.cliprange_value > 0, f"algo.cliprange_value must be > 0, got {self.cliprange_value}")
@@ -273,8 +288,8 @@ class LoggerConfig:
     name: str = "wandb"  # wandb | none
     project: str = "ablate"
     mode: LoggerMode = LoggerMode.offline
-    entity: Optional[str] = None
-    group: Optional[str] = None  # default: the sweep's folder name for -m runs, none for single runs
+    entity: str | None = None
+    group: str | None = None  # default: the sweep's folder name for -m runs, none for single runs
     tags: list[str] = field(default_factory=list)
 
 
@@ -286,7 +301,7 @@ class EvalConfig:
     batch_size: int = 8
     # sampling seed of the evaluation responses; None: derived from the run's `seed` as 1234 + 1000 * seed
     # (ablate.eval.evaluator.sampling_seed), so each run seed has its own evaluation noise
-    seed: Optional[int] = None
+    seed: int | None = None
     # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
     precision: Precision = Precision.fp32
 
@@ -308,7 +323,7 @@ class CheckpointConfig:
 class DivergenceConfig:
     """When a job is stopped and recorded as ``diverged``. A NaN/inf training loss always is."""
 
-    max_kl: Optional[float] = None  # nats per response: true KL (at an evaluation) or the trainer's KL beyond this
+    max_kl: float | None = None  # nats per response: true KL (at an evaluation) or the trainer's KL beyond this
 
     def __post_init__(self) -> None:
         _check(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
@@ -326,7 +341,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
     seed: int = 0
-    threads: Optional[int] = None  # torch CPU threads (None: all cores, or cores / workers under a parallel launcher)
+    threads: int | None = None  # torch CPU threads (None: all cores, or cores / workers under a parallel launcher)
     save_policy: bool = False  # save the final policy (or adapter) into the run folder
     out_dir: str = "${hydra:runtime.output_dir}"
 
@@ -361,9 +376,10 @@ def validate(cfg: Config) -> None:
 
     regime = regime_class(cfg.ref.name)
     regime.check_config(cfg)
-    _check(cfg.algo.name in regime.supported_algos,
-           f"ref={cfg.ref.name} does not support algo={cfg.algo.name} "
-           f"(supported: {', '.join(regime.supported_algos)})")
+    _check(
+        cfg.algo.name in regime.supported_algos,
+        f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
+    )
     if cfg.model.name == "hf":
         _check(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
     from ablate.models.loading import check_device

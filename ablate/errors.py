@@ -46,14 +46,19 @@ def parse_error(e: BaseException) -> str:
     text = str(e)
     m = re.search(r"Error parsing override '([^']*)'", text) or re.search(r"LexerNoViableAltException: (\S+)", text)
     what = repr(m.group(1)) if m else first_line(e)
-    return (f"cannot parse the command line at {what}: quote a value that holds special characters "
-            f"(key='value'); see https://hydra.cc/docs/advanced/override_grammar/basic")
+    return (
+        f"cannot parse the command line at {what}: quote a value that holds special characters "
+        f"(key='value'); see https://hydra.cc/docs/advanced/override_grammar/basic"
+    )
 
 
 def _key(text: str) -> str | None:
     """The dotted key a composition error is about (OmegaConf's ``full_key``, else Hydra's override)."""
-    m = (re.search(r"full_key: (\S+)", text) or re.search(r"override [+~]*(\S+?)=", text)
-         or re.search(r"override [+~]*(\S+)", text))
+    m = (
+        re.search(r"full_key: (\S+)", text)
+        or re.search(r"override [+~]*(\S+?)=", text)
+        or re.search(r"override [+~]*(\S+)", text)
+    )
     return m.group(1) if m else None
 
 
@@ -143,8 +148,19 @@ def _mandatory(text: str) -> str | None:
     return f"{key} is required: set it on the command line ({key}=...)"
 
 
-_RULES = (_missing_option, _unknown_group, _unknown_key, _list_for_scalar, _wrong_type, _not_in_enum, _group_list,
-          _sweep_without_m, _plus_on_existing, _deletion, _mandatory)
+_RULES = (
+    _missing_option,
+    _unknown_group,
+    _unknown_key,
+    _list_for_scalar,
+    _wrong_type,
+    _not_in_enum,
+    _group_list,
+    _sweep_without_m,
+    _plus_on_existing,
+    _deletion,
+    _mandatory,
+)
 
 
 def one_line(e: BaseException) -> str:

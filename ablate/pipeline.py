@@ -41,9 +41,15 @@ class EvalCallbackFactory:
             if state.first_eval is None:
                 state.first_eval = res
             state.last_eval = res
-            log.info("eval@%d: win_rate %.3f  reward %.3f  kl_true %.4f  kl_approx %.4f  ppl %.2f", step,
-                     res.metrics["eval/win_rate"], res.metrics["eval/reward_gold"], res.metrics["kl/true"],
-                     res.metrics["kl/approx"], res.metrics["eval/ppl"])
+            log.info(
+                "eval@%d: win_rate %.3f  reward %.3f  kl_true %.4f  kl_approx %.4f  ppl %.2f",
+                step,
+                res.metrics["eval/win_rate"],
+                res.metrics["eval/reward_gold"],
+                res.metrics["kl/true"],
+                res.metrics["kl/approx"],
+                res.metrics["eval/ppl"],
+            )
             kl = res.metrics["kl/true"]
             if max_kl is not None and not kl <= max_kl:  # also catches a NaN KL
                 state.status = "diverged"
@@ -83,10 +89,16 @@ class EvalCallbackFactory:
                     return
                 path = Path(args.output_dir) / f"checkpoint-{st.global_step}"
                 trainer = trainer_getter()
-                checkpoint.complete(path, {**state.to_dict(), "kl_coef": float(trainer.beta),
-                                           # TRL's DPO token counter is not in the Trainer's own state
-                                           "trl_train_tokens": getattr(trainer, "_total_train_tokens", None)},
-                                    reference)
+                checkpoint.complete(
+                    path,
+                    {
+                        **state.to_dict(),
+                        "kl_coef": float(trainer.beta),
+                        # TRL's DPO token counter is not in the Trainer's own state
+                        "trl_train_tokens": getattr(trainer, "_total_train_tokens", None),
+                    },
+                    reference,
+                )
 
         return _Callback(), do_eval
 
@@ -97,15 +109,31 @@ def make_evaluator(cfg: Config, *, judge, tokenizer, prompts: list[str], reward,
     from ablate.eval.evaluator import Evaluator
     from ablate.tasks.heldout import heldout_texts
 
-    return Evaluator(judge=judge, tokenizer=tokenizer, prompts=prompts, heldout=heldout_texts(), reward=reward,
-                     safety=safety, eval_cfg=cfg.eval, task_cfg=cfg.task, run_seed=cfg.seed, device=device,
-                     proxy=proxy)
+    return Evaluator(
+        judge=judge,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        heldout=heldout_texts(),
+        reward=reward,
+        safety=safety,
+        eval_cfg=cfg.eval,
+        task_cfg=cfg.task,
+        run_seed=cfg.seed,
+        device=device,
+        proxy=proxy,
+    )
 
 
 def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any], resume=None):
     """``resume``: (checkpoint folder, its ablate state) to continue an interrupted job from."""
-    from ablate.models.loading import (add_adapter, load_model, load_tokenizer, resolve_device, resolve_source,
-                                       tokenizer_fingerprint)
+    from ablate.models.loading import (
+        add_adapter,
+        load_model,
+        load_tokenizer,
+        resolve_device,
+        resolve_source,
+        tokenizer_fingerprint,
+    )
     from ablate.refs import regime_class
     from ablate.refs.base import RefContext
     from ablate.tasks.pairs import pairs_for_run
@@ -137,9 +165,16 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     if learned:
         from ablate.tasks.reward_model import train_or_load
 
-        proxy = train_or_load(source=source, tokenizer=tokenizer, pairs=pairs, cfg=cfg.algo.reward_model,
-                              cache_root=root, device=device, precision=value_of(cfg.model.precision),
-                              tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+        proxy = train_or_load(
+            source=source,
+            tokenizer=tokenizer,
+            pairs=pairs,
+            cfg=cfg.algo.reward_model,
+            cache_root=root,
+            device=device,
+            precision=value_of(cfg.model.precision),
+            tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        )
         extra.update({f"reward_model_{k}": v for k, v in proxy.meta.items()})
 
     # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so
@@ -149,39 +184,88 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     if cfg.model.adapter.enabled:
         policy = add_adapter(policy, cfg.model.adapter)
     judge = load()
-    evaluator = make_evaluator(cfg, judge=judge, tokenizer=tokenizer, prompts=prompts["eval"], reward=reward,
-                               safety=safety, device=device, proxy=proxy)
-    ctx = RefContext(config=cfg, model_dir=str(source.path), model_fingerprint=source.fingerprint,
-                     tokenizer=tokenizer, device=device, policy=policy, load_model=load, train_data=pairs,
-                     cache_root=str(root), precision=value_of(cfg.model.precision))
+    evaluator = make_evaluator(
+        cfg,
+        judge=judge,
+        tokenizer=tokenizer,
+        prompts=prompts["eval"],
+        reward=reward,
+        safety=safety,
+        device=device,
+        proxy=proxy,
+    )
+    ctx = RefContext(
+        config=cfg,
+        model_dir=str(source.path),
+        model_fingerprint=source.fingerprint,
+        tokenizer=tokenizer,
+        device=device,
+        policy=policy,
+        load_model=load,
+        train_data=pairs,
+        cache_root=str(root),
+        precision=value_of(cfg.model.precision),
+    )
     reference = regime_cls(cfg.ref, ctx)
 
     trainer_box: dict[str, Any] = {}
     callback, do_eval = EvalCallbackFactory.build(
-        cfg=cfg, evaluator=evaluator, reference=reference,
+        cfg=cfg,
+        evaluator=evaluator,
+        reference=reference,
         policy_getter=lambda: trainer_box["trainer"].model if "trainer" in trainer_box else policy,
-        trainer_getter=lambda: trainer_box["trainer"], folder=folder, logger=logger, state=state)
+        trainer_getter=lambda: trainer_box["trainer"],
+        folder=folder,
+        logger=logger,
+        state=state,
+    )
 
     if cfg.algo.name == "dpo":
         from ablate.algos.dpo import build_trainer
 
-        trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, pairs=pairs, reference=reference,
-                                callbacks=[callback], out_dir=Path(cfg.out_dir), device=device)
+        trainer = build_trainer(
+            cfg,
+            policy=policy,
+            tokenizer=tokenizer,
+            pairs=pairs,
+            reference=reference,
+            callbacks=[callback],
+            out_dir=Path(cfg.out_dir),
+            device=device,
+        )
     elif cfg.algo.name == "grpo":
         from ablate.algos.grpo import build_trainer
 
         if hasattr(reference, "prepare_from_pairs"):  # ref=cached: its fixed dataset is the preference pairs
             reference.prepare_from_pairs(pairs)
-        trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
-                                reference=reference, callbacks=[callback], out_dir=Path(cfg.out_dir), device=device,
-                                proxy=proxy)
+        trainer = build_trainer(
+            cfg,
+            policy=policy,
+            tokenizer=tokenizer,
+            prompts=prompts["train"],
+            reward=reward,
+            reference=reference,
+            callbacks=[callback],
+            out_dir=Path(cfg.out_dir),
+            device=device,
+            proxy=proxy,
+        )
     elif cfg.algo.name == "ppo":
         from ablate.algos.ppo import build_trainer
 
         if hasattr(reference, "prepare_from_pairs"):
             reference.prepare_from_pairs(pairs)
-        trainer = build_trainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts["train"], reward=reward,
-                                reference=reference, callbacks=[callback], device=device, proxy=proxy)
+        trainer = build_trainer(
+            cfg,
+            policy=policy,
+            tokenizer=tokenizer,
+            prompts=prompts["train"],
+            reward=reward,
+            reference=reference,
+            callbacks=[callback],
+            device=device,
+            proxy=proxy,
+        )
     else:  # guarded by the config schema; listed here so a new algorithm fails loudly
         raise NotImplementedError(f"algo={cfg.algo.name}")
     trainer_box["trainer"] = trainer

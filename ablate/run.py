@@ -21,12 +21,24 @@ log = logging.getLogger(__name__)
 
 # summary.json key <- logged metric name
 SUMMARY_FROM_METRICS = {
-    "win_rate": "eval/win_rate", "win_rate_lo": "eval/win_rate_lo", "win_rate_hi": "eval/win_rate_hi",
-    "reward_gold": "eval/reward_gold", "reward_gold_sft": "eval/reward_gold_sft", "reward_proxy": "eval/reward_proxy",
-    "kl_true": "kl/true", "kl_true_k1": "kl/true_k1", "kl_true_k3": "kl/true_k3",
-    "kl_approx": "kl/approx", "kl_abs_err": "kl/abs_err",
-    "logp_mae": "kl/logp_mae", "logp_rmse": "kl/logp_rmse", "logp_max_err": "kl/logp_max_err",
-    "ppl": "eval/ppl", "length": "eval/length", "rep_2": "eval/rep_2", "distinct_2": "eval/distinct_2",
+    "win_rate": "eval/win_rate",
+    "win_rate_lo": "eval/win_rate_lo",
+    "win_rate_hi": "eval/win_rate_hi",
+    "reward_gold": "eval/reward_gold",
+    "reward_gold_sft": "eval/reward_gold_sft",
+    "reward_proxy": "eval/reward_proxy",
+    "kl_true": "kl/true",
+    "kl_true_k1": "kl/true_k1",
+    "kl_true_k3": "kl/true_k3",
+    "kl_approx": "kl/approx",
+    "kl_abs_err": "kl/abs_err",
+    "logp_mae": "kl/logp_mae",
+    "logp_rmse": "kl/logp_rmse",
+    "logp_max_err": "kl/logp_max_err",
+    "ppl": "eval/ppl",
+    "length": "eval/length",
+    "rep_2": "eval/rep_2",
+    "distinct_2": "eval/distinct_2",
     "unsafe_rate": "eval/unsafe_rate",
 }
 STEP0_KEYS = ("kl_true", "kl_approx", "kl_abs_err", "logp_mae", "logp_rmse", "logp_max_err")
@@ -53,16 +65,28 @@ class JobState:
         from dataclasses import asdict
 
         ev = lambda e: None if e is None else to_python(asdict(e))  # noqa: E731
-        return {"status": self.status, "reason": self.reason, "steps": self.steps,
-                "first_eval": ev(self.first_eval), "last_eval": ev(self.last_eval), "wall_s": self.elapsed()}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "steps": self.steps,
+            "first_eval": ev(self.first_eval),
+            "last_eval": ev(self.last_eval),
+            "wall_s": self.elapsed(),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JobState":
+    def from_dict(cls, d: dict[str, Any]) -> JobState:
         from ablate.eval.evaluator import EvalResult
 
         ev = lambda e: None if e is None else EvalResult(**e)  # noqa: E731
-        return cls(status=d["status"], reason=d["reason"], steps=d["steps"], first_eval=ev(d["first_eval"]),
-                   last_eval=ev(d["last_eval"]), wall_s=d.get("wall_s", 0.0))
+        return cls(
+            status=d["status"],
+            reason=d["reason"],
+            steps=d["steps"],
+            first_eval=ev(d["first_eval"]),
+            last_eval=ev(d["last_eval"]),
+            wall_s=d.get("wall_s", 0.0),
+        )
 
 
 def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float]:
@@ -102,7 +126,9 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
         reasons.setdefault("win_rate", f"no evaluation completed ({state.reason or 'run ended early'})")
     if not state.steps:
         reasons.setdefault("ref_ms_per_step", "no training step completed")
-    summary["nan_reasons"] = {k: v for k, v in reasons.items() if isinstance(summary.get(k), float) and math.isnan(summary[k])}
+    summary["nan_reasons"] = {
+        k: v for k, v in reasons.items() if isinstance(summary.get(k), float) and math.isnan(summary[k])
+    }
     if state.reason:
         summary["reason"] = state.reason
     summary.update(extra)
@@ -129,11 +155,20 @@ def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
         return NullLogger()
     group, name = _job_identity(raw)
     return WandbLogger(
-        project=cfg.logger.project, mode=value_of(cfg.logger.mode),
-        group=cfg.logger.group or group, job_type=cfg.algo.name, name=name or out_dir.name,
-        tags=[f"ref={cfg.ref.name}", f"algo={cfg.algo.name}", f"seed={cfg.seed}", f"model={cfg.model.name}",
-              *cfg.logger.tags],
-        entity=cfg.logger.entity, dir=str(out_dir),
+        project=cfg.logger.project,
+        mode=value_of(cfg.logger.mode),
+        group=cfg.logger.group or group,
+        job_type=cfg.algo.name,
+        name=name or out_dir.name,
+        tags=[
+            f"ref={cfg.ref.name}",
+            f"algo={cfg.algo.name}",
+            f"seed={cfg.seed}",
+            f"model={cfg.model.name}",
+            *cfg.logger.tags,
+        ],
+        entity=cfg.logger.entity,
+        dir=str(out_dir),
         config=flatten_config(OmegaConf.to_container(raw, resolve=True)),
     )
 
@@ -201,9 +236,17 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         (out_dir / "error.txt").write_text(traceback.format_exc())
         raise
     finally:
-        cost = cost_metrics(reference, state.steps) if reference is not None else {
-            "cost/ref_bytes": NAN, "cost/ref_ms_per_step": NAN, "cost/ref_setup_s": NAN,
-            "cost/ref_cache_bytes": NAN, "cost/ref_forward_calls": NAN}
+        cost = (
+            cost_metrics(reference, state.steps)
+            if reference is not None
+            else {
+                "cost/ref_bytes": NAN,
+                "cost/ref_ms_per_step": NAN,
+                "cost/ref_setup_s": NAN,
+                "cost/ref_cache_bytes": NAN,
+                "cost/ref_forward_calls": NAN,
+            }
+        )
         summary = build_summary(state, cost, state.elapsed(), extra)
         folder.write_summary({k: to_python(v) for k, v in summary.items()})
         logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})

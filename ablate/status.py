@@ -13,10 +13,16 @@ import sys
 from pathlib import Path
 
 # (summary key, header, width, format)
-COLUMNS = [("steps", "steps", 5, "{:d}"), ("win_rate", "win", 6, "{:.3f}"), ("reward_gold", "reward", 7, "{:.3f}"),
-           ("kl_true", "kl_true", 9, "{:.4g}"), ("kl_approx", "standin", 9, "{:.4g}"),
-           ("kl_abs_err", "kl_err", 9, "{:.2e}"), ("ref_bytes", "ref_MiB", 8, "{:.1f}"),
-           ("ref_ms_per_step", "ref_ms", 7, "{:.0f}")]
+COLUMNS = [
+    ("steps", "steps", 5, "{:d}"),
+    ("win_rate", "win", 6, "{:.3f}"),
+    ("reward_gold", "reward", 7, "{:.3f}"),
+    ("kl_true", "kl_true", 9, "{:.4g}"),
+    ("kl_approx", "standin", 9, "{:.4g}"),
+    ("kl_abs_err", "kl_err", 9, "{:.2e}"),
+    ("ref_bytes", "ref_MiB", 8, "{:.1f}"),
+    ("ref_ms_per_step", "ref_ms", 7, "{:.0f}"),
+]
 
 
 def _cell(key: str, width: int, fmt: str, value) -> str:

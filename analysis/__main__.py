@@ -1,8 +1,8 @@
 """``python -m analysis``: comparison reports from sweeps.
 
-    python -m analysis report runs/sweeps/regimes [more folders] --out reports/<name>
-    python -m analysis report --wandb-offline runs/sweeps/regimes --out reports/<name>
-    python -m analysis report --wandb <entity/project> --group <group> --out reports/<name>
+python -m analysis report runs/sweeps/regimes [more folders] --out reports/<name>
+python -m analysis report --wandb-offline runs/sweeps/regimes --out reports/<name>
+python -m analysis report --wandb <entity/project> --group <group> --out reports/<name>
 """
 
 from __future__ import annotations

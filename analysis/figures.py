@@ -52,8 +52,10 @@ def frontier(curves: pd.DataFrame, path: Path) -> Path:
     m = _eval_means(curves, ["kl/true", "eval/reward_gold", "eval/win_rate"])
     colors = regime_colors(m["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, y, label in ((axes[0], "eval/reward_gold", "gold reward (VADER compound, mean)"),
-                         (axes[1], "eval/win_rate", "win rate against the SFT model")):
+    for ax, y, label in (
+        (axes[0], "eval/reward_gold", "gold reward (VADER compound, mean)"),
+        (axes[1], "eval/win_rate", "win rate against the SFT model"),
+    ):
         for r in ordered(m["regime"]):
             g = m[m["regime"] == r].sort_values("step")
             ax.plot(g["kl/true"], g[y], "-o", color=colors[r], label=r, ms=4)
@@ -98,8 +100,16 @@ def kl_error(runs: pd.DataFrame, path: Path) -> Path:
         if col not in done:
             continue
         means = [done[done["regime"] == r][col].astype(float).mean() for r in regs]
-        ax.bar(x + off, means, width=0.4, label=label, color=[colors[r] for r in regs],
-               alpha=0.55 if label == "step 0" else 1.0, edgecolor="black", lw=0.5)
+        ax.bar(
+            x + off,
+            means,
+            width=0.4,
+            label=label,
+            color=[colors[r] for r in regs],
+            alpha=0.55 if label == "step 0" else 1.0,
+            edgecolor="black",
+            lw=0.5,
+        )
     ax.set_xticks(x, regs, rotation=30, ha="right")
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylabel("|stand-in div. - true KL| (nats per response)")
@@ -111,7 +121,7 @@ def kl_error(runs: pd.DataFrame, path: Path) -> Path:
 def _pareto_front(xs, ys) -> list[int]:
     pts = sorted((x, y, i) for i, (x, y) in enumerate(zip(xs, ys)) if np.isfinite(x) and np.isfinite(y))
     front, best = [], math.inf
-    for x, y, i in pts:
+    for _x, y, i in pts:
         if y < best:
             front.append(i)
             best = y
@@ -123,8 +133,10 @@ def pareto(agg: pd.DataFrame, path: Path) -> Path:
     a = agg[agg["kl_abs_err_mean"].notna()].reset_index(drop=True)
     colors = regime_colors(a["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, col, scale, label in ((axes[0], "ref_bytes", MIB, "reference memory held (MiB)"),
-                                  (axes[1], "ref_ms_per_step", 1.0, "reference time per training step (ms)")):
+    for ax, col, scale, label in (
+        (axes[0], "ref_bytes", MIB, "reference memory held (MiB)"),
+        (axes[1], "ref_ms_per_step", 1.0, "reference time per training step (ms)"),
+    ):
         xs = (a[f"{col}_mean"] / scale).to_numpy(dtype=float)
         ys = a["kl_abs_err_mean"].to_numpy(dtype=float)
         for i, r in enumerate(a["regime"]):
@@ -177,8 +189,12 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
 
 def drift(curves: pd.DataFrame, path: Path) -> Path:
     """Length, repetition, unsafe rate and perplexity over training."""
-    panels = [("eval/length", "response length (tokens)"), ("eval/rep_2", "repeated bigram fraction"),
-              ("eval/unsafe_rate", "unsafe rate (judge p > threshold)"), ("eval/ppl", "held-out perplexity")]
+    panels = [
+        ("eval/length", "response length (tokens)"),
+        ("eval/rep_2", "repeated bigram fraction"),
+        ("eval/unsafe_rate", "unsafe rate (judge p > threshold)"),
+        ("eval/ppl", "held-out perplexity"),
+    ]
     m = _eval_means(curves, [c for c, _ in panels])
     colors = regime_colors(m["regime"])
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))

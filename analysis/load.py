@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -70,8 +71,12 @@ def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = No
     for r in records:
         s = r.summary or {}
         cfg = r.config
-        row: dict[str, Any] = {"job": r.job, "path": r.source,
-                               "status": s.get("status", "unfinished"), "reason": s.get("reason", "")}
+        row: dict[str, Any] = {
+            "job": r.job,
+            "path": r.source,
+            "status": s.get("status", "unfinished"),
+            "reason": s.get("reason", ""),
+        }
         if r.summary is None:
             row["reason"] = "no summary.json: still running, or killed before it finished"
         row["regime"] = s.get("regime", cfg.get("ref.name"))
@@ -87,8 +92,16 @@ def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = No
         row.update({f"cfg.{k}": v for k, v in cfg.items() if _scalar(v)})
         rows.append(row)
         for h in r.history:
-            curve_rows.append({"job": r.job, "path": r.source, "regime": row["regime"], "algo": row["algo"],
-                               "seed": row["seed"], **{k: v for k, v in h.items() if _scalar(v)}})
+            curve_rows.append(
+                {
+                    "job": r.job,
+                    "path": r.source,
+                    "regime": row["regime"],
+                    "algo": row["algo"],
+                    "seed": row["seed"],
+                    **{k: v for k, v in h.items() if _scalar(v)},
+                }
+            )
     runs = pd.DataFrame(rows)
     curves = pd.DataFrame(curve_rows)
     if not curves.empty:  # one row per (job, step): train logs and evaluations at the same step merge
@@ -103,8 +116,16 @@ def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = No
 
 
 # config keys that never make two runs different experiments
-NOT_A_CONDITION = ("cfg.ref.", "cfg.seed", "cfg.out_dir", "cfg.logger.", "cfg.threads", "cfg.checkpoint.",
-                   "cfg.save_policy", "cfg.model.device")
+NOT_A_CONDITION = (
+    "cfg.ref.",
+    "cfg.seed",
+    "cfg.out_dir",
+    "cfg.logger.",
+    "cfg.threads",
+    "cfg.checkpoint.",
+    "cfg.save_policy",
+    "cfg.model.device",
+)
 
 
 def _varying(frame: pd.DataFrame, cols: list[str]) -> list[str]:
@@ -137,8 +158,14 @@ def label_conditions(runs: pd.DataFrame) -> None:
     runs["ref_name"] = runs["regime"]
     cfg = [c for c in runs if c.startswith("cfg.")]
     cond = _minimal(runs, _varying(runs, [c for c in cfg if not c.startswith(NOT_A_CONDITION)]))
-    runs["condition"] = [", ".join(f"{c[4:]}={r[c]}" for c in cond if not is_missing(r[c])) or "all runs"
-                         for _, r in runs[cond].iterrows()] if cond else "all runs"
+    runs["condition"] = (
+        [
+            ", ".join(f"{c[4:]}={r[c]}" for c in cond if not is_missing(r[c])) or "all runs"
+            for _, r in runs[cond].iterrows()
+        ]
+        if cond
+        else "all runs"
+    )
     labels = runs["regime"].astype(str).copy()
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])
@@ -159,8 +186,12 @@ def sweep_info(folder: Path) -> dict[str, Any]:
         task = list(ov.get("task") or [])
         hyd = [o for o in ov.get("hydra") or [] if not o.startswith("hydra.mode=")]
         # the sweep folder as the reader named it, not as an absolute path of the machine that ran it
-        hyd = [f"hydra.sweep.dir={folder}" if o.startswith("hydra.sweep.dir=")
-               and Path(o.split("=", 1)[1]).resolve() == folder.resolve() else o for o in hyd]
+        hyd = [
+            f"hydra.sweep.dir={folder}"
+            if o.startswith("hydra.sweep.dir=") and Path(o.split("=", 1)[1]).resolve() == folder.resolve()
+            else o
+            for o in hyd
+        ]
         info.update(task_overrides=task, hydra_overrides=hyd)
         info["command"] = " ".join(["python -m ablate -m", *task, *hyd])
     return info
@@ -240,8 +271,11 @@ def from_wandb(project: str, group: str, entity: str | None = None, api=None) ->
     records = []
     for run in api.runs(path, filters={"group": group}):
         history = list(run.scan_history())
-        records.append(_from_wandb_fields(run.name, f"wandb:{path}/{run.id}", dict(run.config),
-                                          dict(run.summary._json_dict), history))
+        records.append(
+            _from_wandb_fields(
+                run.name, f"wandb:{path}/{run.id}", dict(run.config), dict(run.summary._json_dict), history
+            )
+        )
     if not records:
         raise ValueError(f"no W&B runs in {path} with group {group!r}")
     return build(records)
@@ -250,8 +284,12 @@ def from_wandb(project: str, group: str, entity: str | None = None, api=None) ->
 def from_recorded(path: str | Path) -> Runs:
     """Runs from a JSON recording of the W&B API's answers (a list of {name, config, summary, history})."""
     data = json.loads(Path(path).read_text())
-    return build([_from_wandb_fields(d["name"], f"recorded:{d.get('id', d['name'])}", d["config"],
-                                     d["summary"], d["history"]) for d in data])
+    return build(
+        [
+            _from_wandb_fields(d["name"], f"recorded:{d.get('id', d['name'])}", d["config"], d["summary"], d["history"])
+            for d in data
+        ]
+    )
 
 
 def is_missing(v: Any) -> bool:

@@ -17,14 +17,27 @@ from analysis.stats import aggregate, paired_vs_baseline
 
 MIB = 2**20
 # (summary column, header, unit scale)
-FIDELITY = [("kl_abs_err_step0", "stand-in error, step 0", 1), ("kl_abs_err", "stand-in error, end", 1),
-            ("kl_true", "true KL", 1), ("kl_approx", "stand-in div.", 1), ("ref_bytes", "ref. MiB", MIB),
-            ("ref_ms_per_step", "ref. ms/step", 1)]
-BEHAVIOUR = [("win_rate", "win rate", 1), ("reward_gold", "gold reward", 1), ("ppl", "perplexity", 1),
-             ("length", "length", 1), ("rep_2", "rep. bigrams", 1), ("unsafe_rate", "unsafe rate", 1)]
+FIDELITY = [
+    ("kl_abs_err_step0", "stand-in error, step 0", 1),
+    ("kl_abs_err", "stand-in error, end", 1),
+    ("kl_true", "true KL", 1),
+    ("kl_approx", "stand-in div.", 1),
+    ("ref_bytes", "ref. MiB", MIB),
+    ("ref_ms_per_step", "ref. ms/step", 1),
+]
+BEHAVIOUR = [
+    ("win_rate", "win rate", 1),
+    ("reward_gold", "gold reward", 1),
+    ("ppl", "perplexity", 1),
+    ("length", "length", 1),
+    ("rep_2", "rep. bigrams", 1),
+    ("unsafe_rate", "unsafe rate", 1),
+]
 COMPARED = ["kl_true", "win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"]
-METRICS = sorted({c for c, _, _ in FIDELITY + BEHAVIOUR} | {"reward_gold_sft", "distinct_2", "logp_mae",
-                                                              "ref_setup_s", "ref_cache_bytes", "wall_s"})
+METRICS = sorted(
+    {c for c, _, _ in FIDELITY + BEHAVIOUR}
+    | {"reward_gold_sft", "distinct_2", "logp_mae", "ref_setup_s", "ref_cache_bytes", "wall_s"}
+)
 
 
 def _num(x: float) -> str:
@@ -60,9 +73,15 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 def latex_table(agg: pd.DataFrame, caption: str) -> str:
     cols = FIDELITY[1:3] + [FIDELITY[4]] + BEHAVIOUR[:3]
     esc = lambda s: s.replace("_", r"\_").replace("%", r"\%")  # noqa: E731
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             r"\begin{tabular}{ll" + "r" * len(cols) + "}", r"\toprule",
-             "condition & regime & " + " & ".join(esc(h) for _, h, _ in cols) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        r"\begin{tabular}{ll" + "r" * len(cols) + "}",
+        r"\toprule",
+        "condition & regime & " + " & ".join(esc(h) for _, h, _ in cols) + r" \\",
+        r"\midrule",
+    ]
     for _, row in agg.iterrows():
         cells = []
         for col, _, scale in cols:
@@ -81,7 +100,11 @@ def latex_table(agg: pd.DataFrame, caption: str) -> str:
 def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
     rank = {r: i for i, r in enumerate(figures.REGIME_ORDER)}
     key = lambda r: rank.get(str(r).split("(")[0], 99)  # noqa: E731
-    return agg.assign(_o=agg["regime"].map(key)).sort_values(["condition", "_o", "regime"], kind="stable").drop(columns="_o")
+    return (
+        agg.assign(_o=agg["regime"].map(key))
+        .sort_values(["condition", "_o", "regime"], kind="stable")
+        .drop(columns="_o")
+    )
 
 
 def _provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
@@ -104,24 +127,31 @@ def findings(cmp: pd.DataFrame, agg: pd.DataFrame, baseline: str) -> list[str]:
     for _, row in _ordered(agg).iterrows():
         e0, e1 = row.get("kl_abs_err_step0_mean", math.nan), row.get("kl_abs_err_mean", math.nan)
         if row["regime"] != baseline and math.isfinite(e1):
-            out.append(f"`{row['regime']}` ({row['condition']}): the stand-in divergence differs from the true KL by "
-                       f"{_num(e0)} nats at step 0 and {cell(row, 'kl_abs_err')} at the end "
-                       f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seeds).")
+            out.append(
+                f"`{row['regime']}` ({row['condition']}): the stand-in divergence differs from the true KL by "
+                f"{_num(e0)} nats at step 0 and {cell(row, 'kl_abs_err')} at the end "
+                f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seeds)."
+            )
     for _, r in cmp.iterrows():
         if r["note"] == "differs":
-            out.append(f"`{r['regime']}` vs `{baseline}` ({r['condition']}), {r['metric']}: difference "
-                       f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}], paired t-test over "
-                       f"{r['n_pairs']} seeds, Holm-adjusted p = {_num(r['p_holm'])}, d_z = {_num(r['d_z'])}.")
+            out.append(
+                f"`{r['regime']}` vs `{baseline}` ({r['condition']}), {r['metric']}: difference "
+                f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}], paired t-test over "
+                f"{r['n_pairs']} seeds, Holm-adjusted p = {_num(r['p_holm'])}, d_z = {_num(r['d_z'])}."
+            )
     n_none = int((cmp["note"] == "no evidence of a difference").sum()) if len(cmp) else 0
     if n_none:
-        out.append(f"{n_none} of {len(cmp)} regime-vs-`{baseline}` comparisons show no evidence of a difference "
-                   f"(Holm-adjusted p >= 0.05): with this few seeds only large effects could show; "
-                   f"absence of evidence is not evidence of absence.")
+        out.append(
+            f"{n_none} of {len(cmp)} regime-vs-`{baseline}` comparisons show no evidence of a difference "
+            f"(Holm-adjusted p >= 0.05): with this few seeds only large effects could show; "
+            f"absence of evidence is not evidence of absence."
+        )
     return out
 
 
-def write_report(data: Runs, out: Path, command: str, title: str, baseline: str = "full",
-                 notes: str | None = None) -> Path:
+def write_report(
+    data: Runs, out: Path, command: str, title: str, baseline: str = "full", notes: str | None = None
+) -> Path:
     from ablate.tracking.provenance import git_commit
 
     out.mkdir(parents=True, exist_ok=True)
@@ -129,8 +159,11 @@ def write_report(data: Runs, out: Path, command: str, title: str, baseline: str 
     agg = _ordered(aggregate(runs, METRICS))
     agg.to_csv(out / "summary.csv", index=False)
     (out / "table.tex").write_text(latex_table(agg, f"{title}: mean over seeds with 95% t-interval half-widths."))
-    cmp = pd.concat([paired_vs_baseline(runs, m, baseline=baseline) for m in COMPARED if m in runs],
-                    ignore_index=True) if (runs["regime"] == baseline).any() else pd.DataFrame()
+    cmp = (
+        pd.concat([paired_vs_baseline(runs, m, baseline=baseline) for m in COMPARED if m in runs], ignore_index=True)
+        if (runs["regime"] == baseline).any()
+        else pd.DataFrame()
+    )
     if len(cmp):
         cmp.to_csv(out / "comparisons.csv", index=False)
 
@@ -150,64 +183,105 @@ def write_report(data: Runs, out: Path, command: str, title: str, baseline: str 
 
     prov = _provenance(runs, list(runs["path"]))
     seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
-    lines = [f"# {title}", "",
-             f"Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `{command}`.", "",
-             "## Reproduce", "", "```bash"]
+    lines = [
+        f"# {title}",
+        "",
+        f"Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `{command}`.",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+    ]
     lines += [s["command"] for s in data.sweeps if s.get("command")] or ["# (sweep command not recorded)"]
     lines += [command, "```", ""]
-    lines += [f"- runs: {len(runs)} jobs, {int((runs['status'] == 'finished').sum())} finished; seeds "
-              f"{', '.join(map(str, seeds))}; models {', '.join(sorted(map(str, runs['model'].dropna().unique())))}; "
-              f"algorithms {', '.join(sorted(map(str, runs['algo'].dropna().unique())))}",
-              f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}; "
-              f"this report: {git_commit()}",
-              "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
-              "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
-              f"- statistics: mean over seeds [95% Student-t interval]; comparisons with `{baseline}` paired by "
-              "seed (paired t-test, Holm-adjusted over regimes, Cohen's d_z). KL in nats per response.",
-              "- `stand-in div.` is the exact KL from the policy to the regime's own reference on the policy's "
-              "fresh evaluation samples; the *true KL* is the same against the full reference. For DPO the "
-              "stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "
-              "training pairs). Per-run win rates carry a 95% Wilson interval counting ties as half a win: valid, "
-              "but conservative.", ""]
+    lines += [
+        f"- runs: {len(runs)} jobs, {int((runs['status'] == 'finished').sum())} finished; seeds "
+        f"{', '.join(map(str, seeds))}; models {', '.join(sorted(map(str, runs['model'].dropna().unique())))}; "
+        f"algorithms {', '.join(sorted(map(str, runs['algo'].dropna().unique())))}",
+        f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}; this report: {git_commit()}",
+        "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
+        "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
+        f"- statistics: mean over seeds [95% Student-t interval]; comparisons with `{baseline}` paired by "
+        "seed (paired t-test, Holm-adjusted over regimes, Cohen's d_z). KL in nats per response.",
+        "- `stand-in div.` is the exact KL from the policy to the regime's own reference on the policy's "
+        "fresh evaluation samples; the *true KL* is the same against the full reference. For DPO the "
+        "stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "
+        "training pairs). Per-run win rates carry a 95% Wilson interval counting ties as half a win: valid, "
+        "but conservative.",
+        "",
+    ]
 
     lines += ["## Jobs that did not finish", ""]
     bad = data.problems()
     if len(bad):
-        lines.append(md_table(["status", "job", "reason"],
-                              [[r["status"], f"`{r['job']}`", str(r["reason"])[:200]] for _, r in bad.iterrows()]))
+        lines.append(
+            md_table(
+                ["status", "job", "reason"],
+                [[r["status"], f"`{r['job']}`", str(r["reason"])[:200]] for _, r in bad.iterrows()],
+            )
+        )
     else:
         lines.append("None: every job finished.")
     lines.append("")
 
     for algo, a in agg.groupby("condition", sort=False):
-        lines += [f"## {algo}: fidelity and cost of each reference", "",
-                  md_table(["regime", "n"] + [h for _, h, _ in FIDELITY],
-                           [[f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in FIDELITY]
-                            for _, r in a.iterrows()]), "",
-                  f"## {algo}: behaviour", "",
-                  md_table(["regime", "n"] + [h for _, h, _ in BEHAVIOUR],
-                           [[f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in BEHAVIOUR]
-                            for _, r in a.iterrows()]), ""]
+        lines += [
+            f"## {algo}: fidelity and cost of each reference",
+            "",
+            md_table(
+                ["regime", "n"] + [h for _, h, _ in FIDELITY],
+                [
+                    [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in FIDELITY]
+                    for _, r in a.iterrows()
+                ],
+            ),
+            "",
+            f"## {algo}: behaviour",
+            "",
+            md_table(
+                ["regime", "n"] + [h for _, h, _ in BEHAVIOUR],
+                [
+                    [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in BEHAVIOUR]
+                    for _, r in a.iterrows()
+                ],
+            ),
+            "",
+        ]
         if len(cmp):
             c = cmp[cmp["condition"] == algo]
-            lines += [f"## {algo}: each regime against `{baseline}` (paired by seed)", "",
-                      md_table(["regime", "metric", "n", "difference [95% CI]", "p (Holm)", "d_z", "verdict"],
-                               [[f"`{r['regime']}`", r["metric"], str(r["n_pairs"]),
-                                 f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}]",
-                                 _num(r["p_holm"]), _num(r["d_z"]), r["note"]] for _, r in c.iterrows()]), ""]
+            lines += [
+                f"## {algo}: each regime against `{baseline}` (paired by seed)",
+                "",
+                md_table(
+                    ["regime", "metric", "n", "difference [95% CI]", "p (Holm)", "d_z", "verdict"],
+                    [
+                        [
+                            f"`{r['regime']}`",
+                            r["metric"],
+                            str(r["n_pairs"]),
+                            f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}]",
+                            _num(r["p_holm"]),
+                            _num(r["d_z"]),
+                            r["note"],
+                        ]
+                        for _, r in c.iterrows()
+                    ],
+                ),
+                "",
+            ]
 
     lines += ["## Figures", ""]
     captions = {
         "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
-                    "(the DPO paper's frontier; up and to the left is better).",
+        "(the DPO paper's frontier; up and to the left is better).",
         "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "
-                    "policy's fresh evaluation samples) vs the true KL to the full reference (log-log; on the dashed "
-                    "line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
-                    "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| "
-                    "per regime at step 0 and at the end.",
+        "policy's fresh evaluation samples) vs the true KL to the full reference (log-log; on the dashed "
+        "line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
+        "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| "
+        "per regime at step 0 and at the end.",
         "pareto": "Cost against fidelity: reference memory and reference time per training step vs the KL "
-                  "error at the end (error bars: 95% t-intervals over seeds). Regimes without a stand-in divergence "
-                  "(no reference, or no distribution for fresh samples) are absent.",
+        "error at the end (error bars: 95% t-intervals over seeds). Regimes without a stand-in divergence "
+        "(no reference, or no distribution for fresh samples) are absent.",
         "training": "Training loss, and the true KL (solid) with the stand-in divergence (dotted), over training.",
         "drift": "Response length, repetition, unsafe rate and held-out perplexity over training.",
     }
@@ -219,9 +293,15 @@ def write_report(data: Runs, out: Path, command: str, title: str, baseline: str 
     lines.append("")
     if notes:
         lines += ["## Reading", "", notes.strip(), ""]
-    lines += ["## Files", "", "- `summary.csv`: every metric, mean / std / n / 95% interval per algorithm and regime",
-              "- `comparisons.csv`: every paired comparison with the baseline",
-              "- `table.tex`: the main table for a paper (booktabs)", "- `figures/`: the figures above", ""]
+    lines += [
+        "## Files",
+        "",
+        "- `summary.csv`: every metric, mean / std / n / 95% interval per algorithm and regime",
+        "- `comparisons.csv`: every paired comparison with the baseline",
+        "- `table.tex`: the main table for a paper (booktabs)",
+        "- `figures/`: the figures above",
+        "",
+    ]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report

@@ -56,8 +56,7 @@ def aggregate(runs: pd.DataFrame, metrics: list[str], by: tuple[str, ...] = ("co
         row["seeds"] = ",".join(str(s) for s in sorted(g["seed"].dropna().astype(int).unique()))
         for m in metrics:
             iv = t_interval(g[m].astype(float)) if m in g else Interval(math.nan, math.nan, 0, math.nan, math.nan)
-            row.update({f"{m}_mean": iv.mean, f"{m}_std": iv.std, f"{m}_n": iv.n, f"{m}_lo": iv.lo,
-                        f"{m}_hi": iv.hi})
+            row.update({f"{m}_mean": iv.mean, f"{m}_std": iv.std, f"{m}_n": iv.n, f"{m}_lo": iv.lo, f"{m}_hi": iv.hi})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -75,8 +74,14 @@ def holm(pvalues: list[float]) -> list[float]:
     return adjusted
 
 
-def paired_vs_baseline(runs: pd.DataFrame, metric: str, baseline: str = "full", by: str = "condition",
-                       pair_on: str = "seed", alpha: float = ALPHA) -> pd.DataFrame:
+def paired_vs_baseline(
+    runs: pd.DataFrame,
+    metric: str,
+    baseline: str = "full",
+    by: str = "condition",
+    pair_on: str = "seed",
+    alpha: float = ALPHA,
+) -> pd.DataFrame:
     """Each regime against ``baseline`` on one metric, paired by seed, within each ``by`` group."""
     done = runs[runs["status"] == "finished"]
     out = []
@@ -91,9 +96,21 @@ def paired_vs_baseline(runs: pd.DataFrame, metric: str, baseline: str = "full", 
             d = (both["o"] - both["b"]).to_numpy()
             n = len(d)
             iv = t_interval(d)
-            row = {by: group, "regime": regime, "metric": metric, "n_pairs": n, "baseline_mean": both["b"].mean(),
-                   "regime_mean": both["o"].mean(), "diff_mean": iv.mean, "diff_lo": iv.lo, "diff_hi": iv.hi,
-                   "t": math.nan, "p": math.nan, "d_z": math.nan, "note": ""}
+            row = {
+                by: group,
+                "regime": regime,
+                "metric": metric,
+                "n_pairs": n,
+                "baseline_mean": both["b"].mean(),
+                "regime_mean": both["o"].mean(),
+                "diff_mean": iv.mean,
+                "diff_lo": iv.lo,
+                "diff_hi": iv.hi,
+                "t": math.nan,
+                "p": math.nan,
+                "d_z": math.nan,
+                "note": "",
+            }
             if n < 2:
                 row["note"] = f"n={n} paired seeds: no test"
             elif np.all(d == 0):
@@ -108,6 +125,6 @@ def paired_vs_baseline(runs: pd.DataFrame, metric: str, baseline: str = "full", 
         for r, p_adj in zip(rows, adjusted):
             r["p_holm"] = p_adj
             if not r["note"]:
-                r["note"] = ("differs" if p_adj < alpha else "no evidence of a difference")
+                r["note"] = "differs" if p_adj < alpha else "no evidence of a difference"
         out += rows
     return pd.DataFrame(out)

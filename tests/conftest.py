@@ -79,16 +79,24 @@ def typed_config(out_dir, *overrides: str):
 
 
 TINY_FAST = [
-    "model=tiny", "algo.max_steps=3", "eval.interval=2", "task.n_train=6", "task.n_eval=4",
-    "task.max_new_tokens=16", "task.samples_per_prompt=4", "algo.batch_size=2", "logger=none",
+    "model=tiny",
+    "algo.max_steps=3",
+    "eval.interval=2",
+    "task.n_train=6",
+    "task.n_eval=4",
+    "task.max_new_tokens=16",
+    "task.samples_per_prompt=4",
+    "algo.batch_size=2",
+    "logger=none",
 ]
 
 
 def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | None = None):
     """``python -m ablate <args>`` in a subprocess; returns CompletedProcess (text)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "ablate", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
 
 
 @pytest.fixture
@@ -100,8 +108,14 @@ def ref_ctx(tiny_source, tokenizer):
     from ablate.refs.base import RefContext
 
     cpu = torch.device("cpu")
-    return RefContext(config=None, model_dir=str(tiny_source.path), model_fingerprint=tiny_source.fingerprint,
-                      tokenizer=tokenizer, device=cpu, load_model=lambda **kw: load_model(tiny_source, cpu, **kw))
+    return RefContext(
+        config=None,
+        model_dir=str(tiny_source.path),
+        model_fingerprint=tiny_source.fingerprint,
+        tokenizer=tokenizer,
+        device=cpu,
+        load_model=lambda **kw: load_model(tiny_source, cpu, **kw),
+    )
 
 
 def token_batch(tokenizer, prompts, responses):
@@ -121,7 +135,7 @@ def token_batch(tokenizer, prompts, responses):
     att = torch.zeros((len(rows), width), dtype=torch.long)
     comp = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (row, m) in enumerate(zip(rows, masks)):
-        ids[i, :len(row)] = torch.tensor(row)
-        att[i, :len(row)] = 1
-        comp[i, :len(row)] = torch.tensor(m)
+        ids[i, : len(row)] = torch.tensor(row)
+        att[i, : len(row)] = 1
+        comp[i, : len(row)] = torch.tensor(m)
     return TokenBatch(ids, att, comp)

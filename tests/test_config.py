@@ -19,8 +19,9 @@ def _options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_option_composes_and_validates(group, option):
-    extra = {("model", "hf"): ["model.name_or_path=/some/folder"],
-             }.get((group, option), [])
+    extra = {
+        ("model", "hf"): ["model.name_or_path=/some/folder"],
+    }.get((group, option), [])
     overrides = [f"{group}={option}", *extra] + (["model=tiny"] if group != "model" else [])
     raw = compose(*overrides)
     raw.out_dir = "."
@@ -42,18 +43,26 @@ def test_launcher_presets_exist():
 def test_defaults_are_the_documented_default_job():
     raw = compose()
     assert (raw.model.name, raw.algo.name, raw.ref.name, raw.task.name, raw.logger.mode) == (
-        "smollm2", "dpo", "full", "sentiment", "offline")
+        "smollm2",
+        "dpo",
+        "full",
+        "sentiment",
+        "offline",
+    )
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("algo.beta=-1", "algo.beta"),
-    ("algo.max_steps=0", "algo.max_steps"),
-    ("task.unsafe_threshold=1.5", "task.unsafe_threshold"),
-    ("model.hidden_size=50", "model.hidden_size"),
-    ("eval.interval=-1", "eval.interval"),
-    ("task.temperature=0.7", "task.temperature must be 1.0"),
-    ("model.device=gpu", "model.device"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("algo.beta=-1", "algo.beta"),
+        ("algo.max_steps=0", "algo.max_steps"),
+        ("task.unsafe_threshold=1.5", "task.unsafe_threshold"),
+        ("model.hidden_size=50", "model.hidden_size"),
+        ("eval.interval=-1", "eval.interval"),
+        ("task.temperature=0.7", "task.temperature must be 1.0"),
+        ("model.device=gpu", "model.device"),
+    ],
+)
 def test_out_of_range_values_fail_with_the_key_named(override, needle):
     raw = compose("model=tiny", override)
     raw.out_dir = "."
@@ -78,7 +87,9 @@ def test_keys_no_schema_defines_are_found():
     assert "beta" in found["algo.betta"] and "k" in found["ref.kk"]  # what the schema has there
 
 
-@pytest.mark.parametrize("overrides", [(), ("+sweep=report_dpo",), ("+sweep=ema",), ("algo=ppo", "ref=shared"),
-                                       ("model=hf", "model.name_or_path=x/y")])
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("+sweep=report_dpo",), ("+sweep=ema",), ("algo=ppo", "ref=shared"), ("model=hf", "model.name_or_path=x/y")],
+)
 def test_schema_walk_accepts_every_legitimate_config(overrides):
     assert unknown_keys(compose(*overrides)) == {}

@@ -15,9 +15,21 @@ pytestmark = pytest.mark.slow
 
 def test_smollm2_dpo_few_steps(tmp_path):
     run_dir = tmp_path / "run"
-    res = run_cli("model=smollm2", "algo.max_steps=2", "algo.batch_size=2", "algo.learning_rate=2e-5",
-                  "task.n_train=6", "task.n_eval=6", "task.max_new_tokens=24", "task.samples_per_prompt=3",
-                  "eval.interval=0", "eval.batch_size=6", f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=1200)
+    res = run_cli(
+        "model=smollm2",
+        "algo.max_steps=2",
+        "algo.batch_size=2",
+        "algo.learning_rate=2e-5",
+        "task.n_train=6",
+        "task.n_eval=6",
+        "task.max_new_tokens=24",
+        "task.samples_per_prompt=3",
+        "eval.interval=0",
+        "eval.batch_size=6",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((run_dir / "summary.json").read_text())
     assert set(SUMMARY_KEYS) <= set(s) and s["status"] == "finished" and s["steps"] == 2
@@ -45,11 +57,20 @@ def test_reference_bytes_order_on_smollm2(cache_root):
 
     cpu = torch.device("cpu")
     source = resolve_source(ModelConfig(name="smollm2"), cache_root)
-    ctx = RefContext(config=None, model_dir=str(source.path), model_fingerprint=source.fingerprint,
-                     tokenizer=load_tokenizer(source), device=cpu, load_model=lambda **kw: load_model(source, cpu, **kw))
+    ctx = RefContext(
+        config=None,
+        model_dir=str(source.path),
+        model_fingerprint=source.fingerprint,
+        tokenizer=load_tokenizer(source),
+        device=cpu,
+        load_model=lambda **kw: load_model(source, cpu, **kw),
+    )
     sizes = {}
-    for name, cls, cfg in (("full", FullReference, FullRefConfig()), ("int8", Int8Reference, Int8RefConfig()),
-                           ("nf4", Nf4Reference, Nf4RefConfig())):
+    for name, cls, cfg in (
+        ("full", FullReference, FullRefConfig()),
+        ("int8", Int8Reference, Int8RefConfig()),
+        ("nf4", Nf4Reference, Nf4RefConfig()),
+    ):
         ref = cls(cfg, ctx)
         sizes[name] = ref.cost().bytes_held
         del ref

@@ -37,8 +37,9 @@ def test_tiny_dpo_run_end_to_end(tmp_path):
 
 def test_second_run_reuses_the_cached_pairs(tmp_path):
     for name in ("a", "b"):
-        res = run_cli(*TINY_FAST, "algo.max_steps=1", "eval.at_start=false", f"hydra.run.dir={tmp_path / name}",
-                      cwd=tmp_path)
+        res = run_cli(
+            *TINY_FAST, "algo.max_steps=1", "eval.at_start=false", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path
+        )
         assert res.returncode == 0, res.stderr[-3000:]
     a = json.loads((tmp_path / "a" / "summary.json").read_text())
     b = json.loads((tmp_path / "b" / "summary.json").read_text())
@@ -49,8 +50,14 @@ def test_bf16_policy_and_reference_agree_at_step_0(tmp_path):
     """A reference must run in the policy's precision: with bf16 autocast, DPO's implicit rewards and the
     true KL are exactly 0 before the first update (a fp32 reference against a bf16 policy gives neither)."""
     run_dir = tmp_path / "run"
-    res = run_cli(*TINY_FAST, "model.precision=bf16", "algo.max_steps=1", "eval.interval=0",
-                  f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    res = run_cli(
+        *TINY_FAST,
+        "model.precision=bf16",
+        "algo.max_steps=1",
+        "eval.interval=0",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kl_true_step0"] == 0.0
@@ -63,10 +70,18 @@ def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
     """PPO and GRPO train on the proxy reward model; gold is logged alongside and used for evaluation."""
     for algo in ("ppo", "grpo"):
         run_dir = tmp_path / algo
-        res = run_cli(*TINY_FAST, f"algo={algo}", "algo.batch_size=4", "algo.reward=learned",
-                      "algo.reward_model.epochs=1", "algo.max_steps=2", "eval.interval=0",
-                      *(["algo.num_generations=2"] if algo == "grpo" else ["algo.minibatch_size=2"]),
-                      f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        res = run_cli(
+            *TINY_FAST,
+            f"algo={algo}",
+            "algo.batch_size=4",
+            "algo.reward=learned",
+            "algo.reward_model.epochs=1",
+            "algo.max_steps=2",
+            "eval.interval=0",
+            *(["algo.num_generations=2"] if algo == "grpo" else ["algo.minibatch_size=2"]),
+            f"hydra.run.dir={run_dir}",
+            cwd=tmp_path,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         s = json.loads((run_dir / "summary.json").read_text())
         assert s["status"] == "finished" and s["steps"] == 2
@@ -82,8 +97,16 @@ def test_hf_model_from_a_local_folder(tmp_path, tiny_source):
     """model=hf takes any local folder (a hub id works the same way where a hub is reachable)."""
     run_dir = tmp_path / "run"
     args = [a for a in TINY_FAST if a != "model=tiny"]
-    res = run_cli("model=hf", f"model.name_or_path={tiny_source.path}", "model.precision=fp32", *args,
-                  "algo.max_steps=1", "eval.interval=0", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    res = run_cli(
+        "model=hf",
+        f"model.name_or_path={tiny_source.path}",
+        "model.precision=fp32",
+        *args,
+        "algo.max_steps=1",
+        "eval.interval=0",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "finished" and s["model"] == "hf" and s["kl_true_step0"] == 0.0

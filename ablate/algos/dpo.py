@@ -42,8 +42,9 @@ def _dpo_trainer_cls():
 
                 bs = getattr(self.reference.cfg, "batch_size", batch_size)
                 loader = DataLoader(dataset, batch_size=bs, collate_fn=self.data_collator, shuffle=False)
-                self.reference.prepare(TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
-                                       for b in loader)
+                self.reference.prepare(
+                    TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"]) for b in loader
+                )
             return dataset
 
         def reference_logps(self, inputs) -> dict[str, torch.Tensor]:
@@ -60,8 +61,9 @@ def _dpo_trainer_cls():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if "ref_chosen_logps" not in inputs:
                 inputs = {**inputs, **self.reference_logps(inputs)}
-            out = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                       num_items_in_batch=num_items_in_batch)
+            out = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
             extra = self.reference.extra_loss(model) if hasattr(self.reference, "extra_loss") else None
             if extra is None:
                 return out
@@ -80,8 +82,10 @@ def check_simpo_args(args, simpo: SimPOParams) -> None:
     """SimPO runs as TRL's ``sigmoid_norm`` loss with SimPO's beta: refuse arguments that would silently train
     another loss (as ``trl_args`` builds them, they agree)."""
     if args.beta != simpo.beta or "sigmoid_norm" not in args.loss_type:
-        raise ValueError(f"ref.loss=simpo needs DPOConfig(beta={simpo.beta}, loss_type containing 'sigmoid_norm'), "
-                         f"got beta={args.beta}, loss_type={args.loss_type}: build the arguments with trl_args")
+        raise ValueError(
+            f"ref.loss=simpo needs DPOConfig(beta={simpo.beta}, loss_type containing 'sigmoid_norm'), "
+            f"got beta={args.beta}, loss_type={args.loss_type}: build the arguments with trl_args"
+        )
 
 
 def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | None = None):
@@ -107,8 +111,15 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | No
     )
 
 
-def build_trainer(cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path,
-                  device: torch.device):
+def build_trainer(
+    cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path, device: torch.device
+):
     cls = _dpo_trainer_cls()
-    return cls(model=policy, args=trl_args(cfg, out_dir, device, reference), train_dataset=pairs_dataset(pairs),
-               processing_class=tokenizer, reference=reference, callbacks=callbacks)
+    return cls(
+        model=policy,
+        args=trl_args(cfg, out_dir, device, reference),
+        train_dataset=pairs_dataset(pairs),
+        processing_class=tokenizer,
+        reference=reference,
+        callbacks=callbacks,
+    )

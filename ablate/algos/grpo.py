@@ -18,14 +18,14 @@ under k3 their reference log-probs become the policy's own loss-time log-probs, 
 
 from __future__ import annotations
 
-from ablate.algos.trl_common import common_args
-from ablate.config import value_of
 from pathlib import Path
 
 import torch
 
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import k1_reward_penalty
+from ablate.algos.trl_common import common_args
+from ablate.config import value_of
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
 
@@ -53,8 +53,10 @@ def _grpo_trainer_cls():
             completion is -beta * its k1 summed over its tokens. TRL sums the weighted rewards before it
             normalises them per group, and logs ``rewards/kl_penalty/mean``; the other functions' logs stay raw."""
             if args.multi_objective_aggregation != "sum_then_normalize":
-                raise ValueError("kl_estimator=k1 subtracts the penalty from the summed reward: it needs TRL's "
-                                 f"multi_objective_aggregation=sum_then_normalize, not {args.multi_objective_aggregation}")
+                raise ValueError(
+                    "kl_estimator=k1 subtracts the penalty from the summed reward: it needs TRL's "
+                    f"multi_objective_aggregation=sum_then_normalize, not {args.multi_objective_aggregation}"
+                )
             trainer = self
 
             def kl_penalty(prompts, completions, **kwargs) -> list[float]:
@@ -100,12 +102,22 @@ def _grpo_trainer_cls():
             finally:
                 self._loss_inputs = None
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                               batch_size=None, compute_entropy=False, *args, **kwargs):
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            *args,
+            **kwargs,
+        ):
             if isinstance(model, _RegimeRef):
                 return self._regime_logps(input_ids, attention_mask, logits_to_keep, batch_size)
             out = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs
+            )
             inputs = self._loss_inputs
             if inputs is not None and inputs.get("ref_per_token_logps") is not None:  # TRL reads it next
                 inputs["ref_per_token_logps"] = fill_uncovered(inputs["ref_per_token_logps"], out[0])
@@ -119,7 +131,8 @@ def _grpo_trainer_cls():
             logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))[:, -logits_to_keep:]
             if self.kl_estimator == "k1":
                 policy_logps, _, _ = super()._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, logits_to_keep, batch_size)
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size
+                )
                 self._record_k1(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
             return logps, None, None
 
@@ -188,23 +201,39 @@ def kl_control_callback(controller):
     return _KLControl()
 
 
-def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, out_dir: Path,
-                  device: torch.device, proxy=None):
+def build_trainer(
+    cfg,
+    *,
+    policy,
+    tokenizer,
+    prompts,
+    reward,
+    reference: Reference,
+    callbacks,
+    out_dir: Path,
+    device: torch.device,
+    proxy=None,
+):
     """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0."""
     algo = cfg.algo
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
-    controller = make_controller(value_of(algo.kl_control), beta, algo.kl_target,
-                                 algo.kl_horizon)
+    controller = make_controller(value_of(algo.kl_control), beta, algo.kl_target, algo.kl_horizon)
     kl_cb = kl_control_callback(controller)
     if proxy is None:
         funcs, weights = [gold_reward_fn(reward)], None
     else:
         funcs, weights = [proxy_reward_fn(proxy), gold_reward_fn(reward)], [1.0, 0.0]
-    trainer = _grpo_trainer_cls()(model=policy, reward_funcs=funcs,
-                                  args=trl_args(cfg, out_dir, device, weights), train_dataset=prompts_dataset(prompts),
-                                  processing_class=tokenizer, reference=reference, beta=beta,
-                                  kl_estimator=value_of(algo.kl_estimator),
-                                  callbacks=[kl_cb, *callbacks])
+    trainer = _grpo_trainer_cls()(
+        model=policy,
+        reward_funcs=funcs,
+        args=trl_args(cfg, out_dir, device, weights),
+        train_dataset=prompts_dataset(prompts),
+        processing_class=tokenizer,
+        reference=reference,
+        beta=beta,
+        kl_estimator=value_of(algo.kl_estimator),
+        callbacks=[kl_cb, *callbacks],
+    )
     kl_cb.trainer = trainer
     trainer.kl_controller = controller
     return trainer

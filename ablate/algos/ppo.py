@@ -15,11 +15,10 @@ reference updates and logging are shared with DPO and GRPO. The arithmetic is in
 
 from __future__ import annotations
 
-from ablate.config import value_of
 import math
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -27,6 +26,7 @@ from tqdm.auto import tqdm
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import kl_penalty
 from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
+from ablate.config import value_of
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
@@ -49,9 +49,19 @@ class ValueHead(torch.nn.Module):
 
 
 class PPOTrainer:
-    def __init__(self, cfg, *, policy, tokenizer, prompts: list[str],
-                 score_fn: Callable[[SampledBatch], list[float]], reference: Reference, callbacks, device: torch.device,
-                 gold_fn: Callable[[SampledBatch], list[float]] | None = None):
+    def __init__(
+        self,
+        cfg,
+        *,
+        policy,
+        tokenizer,
+        prompts: list[str],
+        score_fn: Callable[[SampledBatch], list[float]],
+        reference: Reference,
+        callbacks,
+        device: torch.device,
+        gold_fn: Callable[[SampledBatch], list[float]] | None = None,
+    ):
         from transformers import TrainerControl, TrainerState
 
         self.cfg, self.algo = cfg, cfg.algo
@@ -63,8 +73,9 @@ class PPOTrainer:
         params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=self.algo.learning_rate, weight_decay=self.algo.weight_decay)
         self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
-        self.kl_controller = make_controller(value_of(self.algo.kl_control), self.beta, self.algo.kl_target,
-                                             self.algo.kl_horizon)
+        self.kl_controller = make_controller(
+            value_of(self.algo.kl_control), self.beta, self.algo.kl_target, self.algo.kl_horizon
+        )
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
         self.args = SimpleNamespace(logging_steps=1, output_dir=str(checkpoints_dir(cfg.out_dir)))
@@ -80,17 +91,28 @@ class PPOTrainer:
     def _forward(self, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy log-probs of the sampled tokens and values, both [B, T-1]."""
         with autocast(self.device, self.precision):
-            out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                             output_hidden_states=True, use_cache=False)
+            out = self.model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                output_hidden_states=True,
+                use_cache=False,
+            )
         logp = torch.log_softmax(out.logits[:, :-1].float(), -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
         values = self.value_head(out.hidden_states[-1][:, :-1])
         return logp, values
 
     @torch.no_grad()
     def rollout(self, step: int) -> dict:
-        (sb,) = sample(self.model, self.tok, self._prompts_for(step), max_new_tokens=self.cfg.task.max_new_tokens,
-                       temperature=self.algo.temperature, batch_size=self.algo.batch_size,
-                       seed=self.cfg.seed * 1_000_003 + step, precision=self.precision)
+        (sb,) = sample(
+            self.model,
+            self.tok,
+            self._prompts_for(step),
+            max_new_tokens=self.cfg.task.max_new_tokens,
+            temperature=self.algo.temperature,
+            batch_size=self.algo.batch_size,
+            seed=self.cfg.seed * 1_000_003 + step,
+            precision=self.precision,
+        )
         batch = sb.batch.to(self.device)
         mask = batch.target_mask.float()
         scores = torch.tensor(self.score_fn(sb), dtype=torch.float32, device=self.device)
@@ -107,8 +129,18 @@ class PPOTrainer:
         if self.algo.whiten_advantages:
             adv = masked_whiten(adv, mask)
         gold = self.gold_fn(sb) if self.gold_fn is not None else None
-        return dict(batch=batch, mask=mask, old_logp=old_logp, old_values=old_values, adv=adv, returns=returns,
-                    scores=scores, kl_seq=(kl.sum(1)), lengths=sb.lengths, gold=gold)
+        return dict(
+            batch=batch,
+            mask=mask,
+            old_logp=old_logp,
+            old_values=old_values,
+            adv=adv,
+            returns=returns,
+            scores=scores,
+            kl_seq=(kl.sum(1)),
+            lengths=sb.lengths,
+            gold=gold,
+        )
 
     def optimise(self, data: dict) -> dict[str, float]:
         stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "vf_loss": [], "clipfrac": [], "vf_clipfrac": []}
@@ -117,22 +149,29 @@ class PPOTrainer:
         for _ in range(self.algo.ppo_epochs):
             perm = torch.randperm(n, generator=g)
             for start in range(0, n, self.algo.minibatch_size):
-                idx = perm[start:start + self.algo.minibatch_size].to(self.device)
+                idx = perm[start : start + self.algo.minibatch_size].to(self.device)
                 b = data["batch"]
                 mb = TokenBatch(b.input_ids[idx], b.attention_mask[idx], b.completion_mask[idx])
                 logp, values = self._forward(mb)
                 m = data["mask"][idx]
                 pg, clipfrac = policy_loss(logp, data["old_logp"][idx], data["adv"][idx], m, self.algo.cliprange)
-                vf, vf_clipfrac = value_loss(values, data["old_values"][idx], data["returns"][idx], m,
-                                             self.algo.cliprange_value)
+                vf, vf_clipfrac = value_loss(
+                    values, data["old_values"][idx], data["returns"][idx], m, self.algo.cliprange_value
+                )
                 loss = pg + self.algo.vf_coef * vf
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_([p for grp in self.optimizer.param_groups for p in grp["params"]],
-                                               self.algo.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(
+                    [p for grp in self.optimizer.param_groups for p in grp["params"]], self.algo.max_grad_norm
+                )
                 self.optimizer.step()
-                for k, v in (("loss", loss), ("pg_loss", pg), ("vf_loss", vf), ("clipfrac", clipfrac),
-                             ("vf_clipfrac", vf_clipfrac)):
+                for k, v in (
+                    ("loss", loss),
+                    ("pg_loss", pg),
+                    ("vf_loss", vf),
+                    ("clipfrac", clipfrac),
+                    ("vf_clipfrac", vf_clipfrac),
+                ):
                     stats[k].append(float(v.detach()))
         return {k: sum(v) / len(v) for k, v in stats.items()}
 
@@ -146,9 +185,13 @@ class PPOTrainer:
         step's sampling and minibatch order are seeded by the step number). Then the callbacks' ``on_save``."""
         path = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
         path.mkdir(parents=True, exist_ok=True)
-        state = {"trainable": {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad},
-                 "value_head": self.value_head.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "beta": self.beta, "step": self.state.global_step}
+        state = {
+            "trainable": {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad},
+            "value_head": self.value_head.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "beta": self.beta,
+            "step": self.state.global_step,
+        }
         torch.save(state, path / (STATE_FILE + ".tmp"))
         (path / (STATE_FILE + ".tmp")).replace(path / STATE_FILE)
         self._call("on_save")
@@ -171,15 +214,25 @@ class PPOTrainer:
         self.model.train()
         self._call("on_train_begin")
         interval = self.cfg.checkpoint.interval
-        for step in tqdm(range(self.state.global_step + 1, self.algo.max_steps + 1), desc="ppo", unit="step",
-                         initial=self.state.global_step, total=self.algo.max_steps):
+        for step in tqdm(
+            range(self.state.global_step + 1, self.algo.max_steps + 1),
+            desc="ppo",
+            unit="step",
+            initial=self.state.global_step,
+            total=self.algo.max_steps,
+        ):
             data = self.rollout(step)
             stats = self.optimise(data)
             self.state.global_step = step
             kl = float(data["kl_seq"].mean())
-            logs = {**stats, "reward": float(data["scores"].mean()), "kl": kl, "kl_coef": self.beta,
-                    "length": sum(data["lengths"]) / len(data["lengths"]),
-                    "advantage_mean": float(masked_mean(data["adv"], data["mask"]))}
+            logs = {
+                **stats,
+                "reward": float(data["scores"].mean()),
+                "kl": kl,
+                "kl_coef": self.beta,
+                "length": sum(data["lengths"]) / len(data["lengths"]),
+                "advantage_mean": float(masked_mean(data["adv"], data["mask"])),
+            }
             if data["gold"] is not None:
                 logs["reward_gold"] = sum(data["gold"]) / len(data["gold"])
             if self.beta != 0.0:
@@ -205,8 +258,24 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     """``proxy``: a learned reward to train on; the gold reward is then logged alongside as ``reward_gold``."""
     gold = lambda sb: reward(sb.texts)  # noqa: E731
     if proxy is None:
-        return PPOTrainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts, score_fn=gold,
-                          reference=reference, callbacks=callbacks, device=device)
-    return PPOTrainer(cfg, policy=policy, tokenizer=tokenizer, prompts=prompts,
-                      score_fn=lambda sb: proxy(sb.texts, sb.prompts), reference=reference, callbacks=callbacks,
-                      device=device, gold_fn=gold)
+        return PPOTrainer(
+            cfg,
+            policy=policy,
+            tokenizer=tokenizer,
+            prompts=prompts,
+            score_fn=gold,
+            reference=reference,
+            callbacks=callbacks,
+            device=device,
+        )
+    return PPOTrainer(
+        cfg,
+        policy=policy,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        score_fn=lambda sb: proxy(sb.texts, sb.prompts),
+        reference=reference,
+        callbacks=callbacks,
+        device=device,
+        gold_fn=gold,
+    )

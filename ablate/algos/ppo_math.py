@@ -32,8 +32,9 @@ def token_rewards(scores: torch.Tensor, kl: torch.Tensor, beta: float, mask: tor
     return rewards + last.to(rewards.dtype) * scores.unsqueeze(1)
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
-        ) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over each response (right-padded; the value after the last token is 0).
     Returns (advantages, returns), both 0 outside the mask."""
     m = mask.to(values.dtype)
@@ -49,8 +50,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, (adv + values) * m
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                cliprange: float) -> tuple[torch.Tensor, torch.Tensor]:
+def policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, cliprange: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped surrogate: mean of max(-A r, -A clip(r, 1 - eps, 1 + eps)). Returns (loss, clip fraction)."""
     ratio = torch.exp(logp - old_logp)
     unclipped = -adv * ratio
@@ -59,8 +61,9 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, m
     return loss, masked_mean((clipped > unclipped).to(logp.dtype), mask)
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               cliprange_value: float) -> tuple[torch.Tensor, torch.Tensor]:
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange_value: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss: 0.5 mean of max((v - R)^2, (clip(v, v_old +- eps) - R)^2). Returns (loss, clip fraction)."""
     v_clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
     a, b = (values - returns) ** 2, (v_clipped - returns) ** 2

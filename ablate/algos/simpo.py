@@ -39,8 +39,13 @@ def completion_lengths(completion_mask: torch.Tensor) -> tuple[torch.Tensor, tor
     return chosen, rejected
 
 
-def simpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, chosen_len: torch.Tensor,
-               rejected_len: torch.Tensor, params: SimPOParams) -> torch.Tensor:
+def simpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    chosen_len: torch.Tensor,
+    rejected_len: torch.Tensor,
+    params: SimPOParams,
+) -> torch.Tensor:
     """Per-pair SimPO loss from summed response log-probs and response lengths."""
     reward_w = params.beta * chosen_logps / chosen_len
     reward_l = params.beta * rejected_logps / rejected_len

@@ -9,9 +9,10 @@ import logging
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -104,16 +105,36 @@ def throughput(policy, pieces: Pieces, batch, dpo_step_s: float, matmul_n: int, 
     flops = 6.0 * n * tokens + 2.0 * n * ref_tokens
     prompts = pieces.prompts[:8]
     t0 = time.perf_counter()
-    (sb,) = sample(policy, pieces.tokenizer, prompts, max_new_tokens=32, temperature=1.0, batch_size=len(prompts),
-                   seed=0, precision=precision)
+    (sb,) = sample(
+        policy,
+        pieces.tokenizer,
+        prompts,
+        max_new_tokens=32,
+        temperature=1.0,
+        batch_size=len(prompts),
+        seed=0,
+        precision=precision,
+    )
     gen_s = time.perf_counter() - t0
     gen_tokens = float(sum(sb.lengths))
     sample_flops = 2.0 * n * gen_tokens / gen_s
-    return {"matmul_n": matmul_n, "threads": torch.get_num_threads(), "ceiling_bf16": bf16, "ceiling_fp32": fp32,
-            "matmul_params": n, "train_tokens": tokens, "train_flops": flops, "train_step_s": dpo_step_s,
-            "train_flops_per_s": flops / dpo_step_s, "train_fraction_bf16": flops / dpo_step_s / bf16,
-            "train_fraction_fp32": flops / dpo_step_s / fp32, "sample_tokens_per_s": gen_tokens / gen_s,
-            "sample_batch": len(prompts), "sample_flops_per_s": sample_flops, "sample_fraction_bf16": sample_flops / bf16}
+    return {
+        "matmul_n": matmul_n,
+        "threads": torch.get_num_threads(),
+        "ceiling_bf16": bf16,
+        "ceiling_fp32": fp32,
+        "matmul_params": n,
+        "train_tokens": tokens,
+        "train_flops": flops,
+        "train_step_s": dpo_step_s,
+        "train_flops_per_s": flops / dpo_step_s,
+        "train_fraction_bf16": flops / dpo_step_s / bf16,
+        "train_fraction_fp32": flops / dpo_step_s / fp32,
+        "sample_tokens_per_s": gen_tokens / gen_s,
+        "sample_batch": len(prompts),
+        "sample_flops_per_s": sample_flops,
+        "sample_fraction_bf16": sample_flops / bf16,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     trainers = {}
     for algo in bench.trainers:
         cfg = run_configs(["full"], [*overrides, f"algo={algo}", f"algo.max_steps={bench.trainer_steps}"])["full"]
-        log.info("bench: %s, harness vs stock TRL, %d rounds of %d steps", algo, bench.trainer_rounds, bench.trainer_steps)
+        log.info(
+            "bench: %s, harness vs stock TRL, %d rounds of %d steps", algo, bench.trainer_rounds, bench.trainer_steps
+        )
         trainers[algo] = harness_vs_trl(algo, cfg, pieces, bench.trainer_rounds)
     dpo_step = trainers["dpo"]["harness_s"] if "dpo" in trainers else float("nan")
     tp = throughput(policy, pieces, batch, dpo_step, bench.matmul_size, value_of(base.model.precision))
@@ -180,30 +203,33 @@ def main(argv: list[str] | None = None) -> int:
     emb_share = emb.numel() * emb.element_size() / full_bytes if full_bytes else float("nan")
     notes = {
         "quant": f"bitsandbytes quantises Linear layers only: the token embedding (tied to the LM head) stays in "
-                 f"full precision and is {emb_share:.0%} of the full reference's bytes",
+        f"full precision and is {emb_share:.0%} of the full reference's bytes",
         "audit": f"the audit runs the reference in eval.precision={value_of(base.eval.precision)} "
-                 f"(fp32 keeps the audit's own error far below the regimes' errors it measures), normalises its "
-                 f"logits with a float64 log-softmax and sums the KL over the whole vocabulary in float64, a chunk "
-                 f"of response positions at a time; a "
-                 f"training forward keeps one log-prob per token (TRL's fused LM head, in "
-                 f"{value_of(base.model.precision)}); the bf16 figure is below",
+        f"(fp32 keeps the audit's own error far below the regimes' errors it measures), normalises its "
+        f"logits with a float64 log-softmax and sums the KL over the whole vocabulary in float64, a chunk "
+        f"of response positions at a time; a "
+        f"training forward keeps one log-prob per token (TRL's fused LM head, in "
+        f"{value_of(base.model.precision)}); the bf16 figure is below",
         "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "
-                      f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
-        "dpo_trainer": "", "grpo_trainer": "",
+        f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
+        "dpo_trainer": "",
+        "grpo_trainer": "",
     }
     rows = report.targets(frame, audit, trainers, tp, notes)
     prov = provenance()
     hw = prov["hardware"]
-    header = [f"Generated by `python -m ablate.bench {' '.join(shlex.quote(o) for o in overrides)}` in "
-              f"{(time.perf_counter() - t_start) / 60:.1f} min. Code {prov['git_commit']}; torch {prov['versions']['torch']}, "
-              f"transformers {prov['versions']['transformers']}, trl {prov['versions']['trl']}, bitsandbytes "
-              f"{prov['versions']['bitsandbytes']}. Machine: {hw['cpu']}, {hw['cores']} cores, torch threads "
-              f"{hw['torch_threads']}{', GPU ' + hw['gpu'] if 'gpu' in hw else ', no GPU'}.",
-              "",
-              f"Batch: {B} preference pairs ({2 * B} sequences, {int(batch.attention_mask.sum())} tokens, padded to "
-              f"{batch.input_ids.shape[1]}), model precision {value_of(base.model.precision)}. Every time is a median "
-              f"of interleaved repeats ({bench.repeats} per regime) in this one process, so a busy machine slows all "
-              f"alike and the ratios hold better than the absolute times."]
+    header = [
+        f"Generated by `python -m ablate.bench {' '.join(shlex.quote(o) for o in overrides)}` in "
+        f"{(time.perf_counter() - t_start) / 60:.1f} min. Code {prov['git_commit']}; torch {prov['versions']['torch']}, "
+        f"transformers {prov['versions']['transformers']}, trl {prov['versions']['trl']}, bitsandbytes "
+        f"{prov['versions']['bitsandbytes']}. Machine: {hw['cpu']}, {hw['cores']} cores, torch threads "
+        f"{hw['torch_threads']}{', GPU ' + hw['gpu'] if 'gpu' in hw else ', no GPU'}.",
+        "",
+        f"Batch: {B} preference pairs ({2 * B} sequences, {int(batch.attention_mask.sum())} tokens, padded to "
+        f"{batch.input_ids.shape[1]}), model precision {value_of(base.model.precision)}. Every time is a median "
+        f"of interleaved repeats ({bench.repeats} per regime) in this one process, so a busy machine slows all "
+        f"alike and the ratios hold better than the absolute times.",
+    ]
     md, csv = report.write(Path(bench.out), base.model.name, header, frame, audit, trainers, tp, rows)
     print(f"ablate.bench: wrote {md} and {csv}")
     return 0

@@ -4,7 +4,7 @@ what to measure."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -19,7 +19,7 @@ class BenchConfig:
     task: Any = MISSING
     algo: Any = MISSING
     seed: int = 0
-    threads: Optional[int] = None  # torch threads (None: torch's default, all cores)
+    threads: int | None = None  # torch threads (None: torch's default, all cores)
     regimes: list[str] = field(default_factory=lambda: list(ALL_REGIMES))
     repeats: int = 5  # timed reference calls per regime, interleaved across regimes (the median is reported)
     trainer_steps: int = 3  # optimiser steps per harness / stock-TRL training round (the first is not timed)
@@ -35,7 +35,10 @@ class BenchConfig:
         for r in self.regimes:
             regime_class(r)  # unknown regime: one clear error
         _check(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
-        _check(self.trainer_steps >= 2, f"trainer_steps must be >= 2 (the first step is not timed), got {self.trainer_steps}")
+        _check(
+            self.trainer_steps >= 2,
+            f"trainer_steps must be >= 2 (the first step is not timed), got {self.trainer_steps}",
+        )
         _check(self.trainer_rounds >= 1, f"trainer_rounds must be >= 1, got {self.trainer_rounds}")
         _check(set(self.trainers) <= {"dpo", "grpo"}, f"trainers must be among dpo, grpo, got {self.trainers}")
 

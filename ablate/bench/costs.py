@@ -27,18 +27,27 @@ class RegimeCost:
 
 def build_regime(cfg, pieces) -> tuple[object, float]:
     """The regime for a composed run config, and its setup wall time (construction + any precompute)."""
+    from ablate.config import value_of
     from ablate.models.loading import add_adapter
     from ablate.refs import regime_class
     from ablate.refs.base import RefContext
-    from ablate.config import value_of
 
     policy = None
     if cfg.model.adapter.enabled:  # ref=shared: the reference is the policy with its adapter off
         policy = add_adapter(pieces.load(), cfg.model.adapter)
     t0 = time.perf_counter()
-    ctx = RefContext(config=cfg, model_dir=str(pieces.source.path), model_fingerprint=pieces.source.fingerprint,
-                     tokenizer=pieces.tokenizer, device=pieces.device, policy=policy, load_model=pieces.load,
-                     train_data=pieces.pairs, cache_root=str(pieces.cache_root), precision=value_of(cfg.model.precision))
+    ctx = RefContext(
+        config=cfg,
+        model_dir=str(pieces.source.path),
+        model_fingerprint=pieces.source.fingerprint,
+        tokenizer=pieces.tokenizer,
+        device=pieces.device,
+        policy=policy,
+        load_model=pieces.load,
+        train_data=pieces.pairs,
+        cache_root=str(pieces.cache_root),
+        precision=value_of(cfg.model.precision),
+    )
     ref = regime_class(cfg.ref.name)(cfg.ref, ctx)
     if hasattr(ref, "prepare_from_pairs"):  # ref=cached: the pairs' sequences, as DPO precomputes them
         ref.prepare_from_pairs(pieces.pairs)
@@ -84,8 +93,20 @@ def audit_cost(full_ref, policy, batch: TokenBatch, precision: str, repeats: int
         return klm.sequence_sum(klm.audit_terms(pol, judge, tokens, mask).kl, mask)
 
     with torch.no_grad():
-        t = interleaved({"forward": lambda: full_ref.logprobs(batch), "audit": audit,
-                         "audit_bf16": lambda: audit("bf16"), "policy_forward": policy_forward}, repeats)
-    return {"ref_forward_s": t["forward"], "audit_s": t["audit"], "audit_bf16_ratio": t["audit_bf16"] / t["forward"],
-            "audit_with_policy_s": t["audit"] + t["policy_forward"],
-            "audit_ratio": t["audit"] / t["forward"], "audit_with_policy_ratio": (t["audit"] + t["policy_forward"]) / t["forward"]}
+        t = interleaved(
+            {
+                "forward": lambda: full_ref.logprobs(batch),
+                "audit": audit,
+                "audit_bf16": lambda: audit("bf16"),
+                "policy_forward": policy_forward,
+            },
+            repeats,
+        )
+    return {
+        "ref_forward_s": t["forward"],
+        "audit_s": t["audit"],
+        "audit_bf16_ratio": t["audit_bf16"] / t["forward"],
+        "audit_with_policy_s": t["audit"] + t["policy_forward"],
+        "audit_ratio": t["audit"] / t["forward"],
+        "audit_with_policy_ratio": (t["audit"] + t["policy_forward"]) / t["forward"],
+    }

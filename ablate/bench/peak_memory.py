@@ -12,8 +12,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SHORT = ["algo.max_steps=2", "eval.at_start=false", "eval.interval=0", "task.n_eval=2", "logger=none",
-         "checkpoint.interval=0"]
+SHORT = [
+    "algo.max_steps=2",
+    "eval.at_start=false",
+    "eval.interval=0",
+    "task.n_eval=2",
+    "logger=none",
+    "checkpoint.interval=0",
+]
 
 
 def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[float, float, str]:

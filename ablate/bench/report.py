@@ -29,8 +29,16 @@ def targets(costs: pd.DataFrame, audit: dict, trainers: dict, throughput: dict, 
         by = ""
         if met == "missed" and op in ("<=", ">=") and bound:
             by = f"by {abs(value / bound - 1) * 100:.0f}%"
-        rows.append({"target": name, "measured": value, "bound": f"{op} {bound:g}", "result": met,
-                     "by": by, "why": why if met == "missed" else ""})
+        rows.append(
+            {
+                "target": name,
+                "measured": value,
+                "bound": f"{op} {bound:g}",
+                "result": met,
+                "by": by,
+                "why": why if met == "missed" else "",
+            }
+        )
 
     add("int8 reference bytes / full", ratio("int8", "bytes_held"), "<=", 0.35, notes.get("quant", ""))
     add("nf4 reference bytes / full", ratio("nf4", "bytes_held"), "<=", 0.25, notes.get("quant", ""))
@@ -40,13 +48,26 @@ def targets(costs: pd.DataFrame, audit: dict, trainers: dict, throughput: dict, 
     add("KL audit / one reference forward", audit.get("audit_ratio", float("nan")), "<=", 1.5, notes.get("audit", ""))
     for algo, t in trainers.items():
         add(f"{algo}: harness / stock TRL step time", t["ratio"], "<=", 1.05, notes.get(f"{algo}_trainer", ""))
-    add("DPO training, fraction of the bf16 matmul ceiling", throughput.get("train_fraction_bf16", float("nan")),
-        ">=", 0.35, notes.get("throughput", ""))
+    add(
+        "DPO training, fraction of the bf16 matmul ceiling",
+        throughput.get("train_fraction_bf16", float("nan")),
+        ">=",
+        0.35,
+        notes.get("throughput", ""),
+    )
     return rows
 
 
-def write(out: Path, model: str, header: list[str], costs: pd.DataFrame, audit: dict, trainers: dict,
-          throughput: dict, target_rows: list[dict]) -> tuple[Path, Path]:
+def write(
+    out: Path,
+    model: str,
+    header: list[str],
+    costs: pd.DataFrame,
+    audit: dict,
+    trainers: dict,
+    throughput: dict,
+    target_rows: list[dict],
+) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     full = costs.set_index("regime").loc["full"] if "full" in set(costs["regime"]) else None
     c = costs.copy()
@@ -55,50 +76,81 @@ def write(out: Path, model: str, header: list[str], costs: pd.DataFrame, audit: 
     csv = out / f"{model}.csv"
     c.to_csv(csv, index=False)
 
-    lines = [f"# Benchmark: {model}", "", *header, "",
-             "## Targets", "", "| target | measured | bound | result | why |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Benchmark: {model}",
+        "",
+        *header,
+        "",
+        "## Targets",
+        "",
+        "| target | measured | bound | result | why |",
+        "|---|---|---|---|---|",
+    ]
     for r in target_rows:
         lines.append(f"| {r['target']} | {_f(r['measured'])} | {r['bound']} | {r['result']} {r['by']} | {r['why']} |")
-    lines += ["", "## Each regime, side by side (ratios to `full`)", "",
-              "| regime | ref. MiB held | x full | ref. ms / step | x full | setup s | cache MiB | peak RSS MiB, run "
-              "| peak RSS MiB, training | x full |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Each regime, side by side (ratios to `full`)",
+        "",
+        "| regime | ref. MiB held | x full | ref. ms / step | x full | setup s | cache MiB | peak RSS MiB, run "
+        "| peak RSS MiB, training | x full |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for _, r in c.iterrows():
-        lines.append(f"| `{r['regime']}` | {_f(r['bytes_held'] / MIB, '{:.1f}')} | {_f(r['bytes_held_vs_full'], '{:.3f}')} "
-                     f"| {_f(r['step_s'] * 1000, '{:.1f}')} | {_f(r['step_s_vs_full'], '{:.3f}')} | "
-                     f"{_f(r['setup_s'], '{:.2f}')} | {_f(r['cache_bytes'] / MIB, '{:.2f}')} | "
-                     f"{_f(r['peak_rss_bytes'] / MIB, '{:.0f}')} | {_f(r['peak_rss_train_bytes'] / MIB, '{:.0f}')} | "
-                     f"{_f(r['peak_rss_train_bytes_vs_full'], '{:.2f}')} |")
-    lines += ["", "Peak RSS: one short run per regime in its own process (2 optimiser steps, one evaluation on 2 "
-              "prompts); *run* is the process's peak, *training* the peak from the start of training to its end "
-              "(models loaded, data ready; Linux VmHWM reset just before)."]
-    lines += ["", "## The exact KL audit", "",
-              f"One reference forward as training makes it (token log-probs, training precision): "
-              f"{_f(audit['ref_forward_s'] * 1000, '{:.1f}')} ms. The audit (the full reference's "
-              f"logits in the evaluation precision, then a float64 log-softmax and KL over the vocabulary, a chunk of "
-              f"positions at a time): "
-              f"{_f(audit['audit_s'] * 1000, '{:.1f}')} ms = **{_f(audit['audit_ratio'], '{:.2f}')}x**; with the "
-              f"policy's own full-vocabulary forward, which the evaluator needs anyway for its other metrics: "
-              f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x. The same audit with bf16 compute (normalisation "
-              f"and sums still in float64): {_f(audit['audit_bf16_ratio'], '{:.2f}')}x.", "",
-              "## Harness vs stock TRL (same model, data and settings; median s/step, first step of each round untimed)", "",
-              "| algorithm | harness s/step | stock TRL s/step | harness / TRL | steps timed each |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| `{r['regime']}` | {_f(r['bytes_held'] / MIB, '{:.1f}')} | {_f(r['bytes_held_vs_full'], '{:.3f}')} "
+            f"| {_f(r['step_s'] * 1000, '{:.1f}')} | {_f(r['step_s_vs_full'], '{:.3f}')} | "
+            f"{_f(r['setup_s'], '{:.2f}')} | {_f(r['cache_bytes'] / MIB, '{:.2f}')} | "
+            f"{_f(r['peak_rss_bytes'] / MIB, '{:.0f}')} | {_f(r['peak_rss_train_bytes'] / MIB, '{:.0f}')} | "
+            f"{_f(r['peak_rss_train_bytes_vs_full'], '{:.2f}')} |"
+        )
+    lines += [
+        "",
+        "Peak RSS: one short run per regime in its own process (2 optimiser steps, one evaluation on 2 "
+        "prompts); *run* is the process's peak, *training* the peak from the start of training to its end "
+        "(models loaded, data ready; Linux VmHWM reset just before).",
+    ]
+    lines += [
+        "",
+        "## The exact KL audit",
+        "",
+        f"One reference forward as training makes it (token log-probs, training precision): "
+        f"{_f(audit['ref_forward_s'] * 1000, '{:.1f}')} ms. The audit (the full reference's "
+        f"logits in the evaluation precision, then a float64 log-softmax and KL over the vocabulary, a chunk of "
+        f"positions at a time): "
+        f"{_f(audit['audit_s'] * 1000, '{:.1f}')} ms = **{_f(audit['audit_ratio'], '{:.2f}')}x**; with the "
+        f"policy's own full-vocabulary forward, which the evaluator needs anyway for its other metrics: "
+        f"{_f(audit['audit_with_policy_ratio'], '{:.2f}')}x. The same audit with bf16 compute (normalisation "
+        f"and sums still in float64): {_f(audit['audit_bf16_ratio'], '{:.2f}')}x.",
+        "",
+        "## Harness vs stock TRL (same model, data and settings; median s/step, first step of each round untimed)",
+        "",
+        "| algorithm | harness s/step | stock TRL s/step | harness / TRL | steps timed each |",
+        "|---|---|---|---|---|",
+    ]
     for algo, t in trainers.items():
-        lines.append(f"| {algo} | {_f(t['harness_s'], '{:.3f}')} | {_f(t['trl_s'], '{:.3f}')} | "
-                     f"**{_f(t['ratio'], '{:.3f}')}** | {t['steps_timed']} |")
+        lines.append(
+            f"| {algo} | {_f(t['harness_s'], '{:.3f}')} | {_f(t['trl_s'], '{:.3f}')} | "
+            f"**{_f(t['ratio'], '{:.3f}')}** | {t['steps_timed']} |"
+        )
     tp = throughput
-    lines += ["", "## Throughput against this machine's matmul ceiling", "",
-              f"- matmul ceiling ({tp['matmul_n']}^3, {tp['threads']} threads): bf16 {_f(tp['ceiling_bf16'] / 1e9, '{:.1f}')} "
-              f"GFLOP/s, fp32 {_f(tp['ceiling_fp32'] / 1e9, '{:.1f}')} GFLOP/s",
-              f"- DPO training step: {_f(tp['train_flops'] / 1e9, '{:.1f}')} GFLOP of matmuls (6 x {tp['matmul_params'] / 1e6:.1f}M "
-              f"matmul parameters x {tp['train_tokens']:.0f} policy tokens + 2 x params x the reference's tokens) in "
-              f"{_f(tp['train_step_s'], '{:.2f}')} s = {_f(tp['train_flops_per_s'] / 1e9, '{:.1f}')} GFLOP/s = "
-              f"**{_f(tp['train_fraction_bf16'] * 100, '{:.0f}')}%** of the bf16 ceiling "
-              f"({_f(tp['train_fraction_fp32'] * 100, '{:.0f}')}% of fp32)",
-              f"- sampling: {_f(tp['sample_tokens_per_s'], '{:.1f}')} tokens/s (batch {tp['sample_batch']}) = "
-              f"{_f(tp['sample_flops_per_s'] / 1e9, '{:.2f}')} GFLOP/s = "
-              f"**{_f(tp['sample_fraction_bf16'] * 100, '{:.1f}')}%** of the bf16 ceiling (token-by-token decoding "
-              f"is bound by memory traffic and per-token overhead, not by matmul throughput)", ""]
+    lines += [
+        "",
+        "## Throughput against this machine's matmul ceiling",
+        "",
+        f"- matmul ceiling ({tp['matmul_n']}^3, {tp['threads']} threads): bf16 {_f(tp['ceiling_bf16'] / 1e9, '{:.1f}')} "
+        f"GFLOP/s, fp32 {_f(tp['ceiling_fp32'] / 1e9, '{:.1f}')} GFLOP/s",
+        f"- DPO training step: {_f(tp['train_flops'] / 1e9, '{:.1f}')} GFLOP of matmuls (6 x {tp['matmul_params'] / 1e6:.1f}M "
+        f"matmul parameters x {tp['train_tokens']:.0f} policy tokens + 2 x params x the reference's tokens) in "
+        f"{_f(tp['train_step_s'], '{:.2f}')} s = {_f(tp['train_flops_per_s'] / 1e9, '{:.1f}')} GFLOP/s = "
+        f"**{_f(tp['train_fraction_bf16'] * 100, '{:.0f}')}%** of the bf16 ceiling "
+        f"({_f(tp['train_fraction_fp32'] * 100, '{:.0f}')}% of fp32)",
+        f"- sampling: {_f(tp['sample_tokens_per_s'], '{:.1f}')} tokens/s (batch {tp['sample_batch']}) = "
+        f"{_f(tp['sample_flops_per_s'] / 1e9, '{:.2f}')} GFLOP/s = "
+        f"**{_f(tp['sample_fraction_bf16'] * 100, '{:.1f}')}%** of the bf16 ceiling (token-by-token decoding "
+        f"is bound by memory traffic and per-token overhead, not by matmul throughput)",
+        "",
+    ]
     md = out / f"{model}.md"
     md.write_text("\n".join(lines))
     return md, csv

@@ -40,15 +40,35 @@ def _dpo(kind: str, cfg, pieces, timer, out: Path):
         from ablate.bench.costs import build_regime
 
         reference, _ = build_regime(cfg, pieces)
-        return build_trainer(cfg, policy=policy, tokenizer=pieces.tokenizer, pairs=pieces.pairs, reference=reference,
-                             callbacks=[timer], out_dir=out, device=pieces.device)
+        return build_trainer(
+            cfg,
+            policy=policy,
+            tokenizer=pieces.tokenizer,
+            pairs=pieces.pairs,
+            reference=reference,
+            callbacks=[timer],
+            out_dir=out,
+            device=pieces.device,
+        )
     from trl import DPOConfig, DPOTrainer
 
-    args = DPOConfig(**common_args(cfg, out, pieces.device), beta=cfg.algo.beta, loss_type=[value_of(cfg.algo.loss_type)],
-                     max_length=cfg.algo.max_length, truncation_mode="keep_start", precompute_ref_log_probs=False,
-                     remove_unused_columns=True)
-    return DPOTrainer(model=policy, ref_model=pieces.load(), args=args, train_dataset=pairs_dataset(pieces.pairs),
-                      processing_class=pieces.tokenizer, callbacks=[timer])
+    args = DPOConfig(
+        **common_args(cfg, out, pieces.device),
+        beta=cfg.algo.beta,
+        loss_type=[value_of(cfg.algo.loss_type)],
+        max_length=cfg.algo.max_length,
+        truncation_mode="keep_start",
+        precompute_ref_log_probs=False,
+        remove_unused_columns=True,
+    )
+    return DPOTrainer(
+        model=policy,
+        ref_model=pieces.load(),
+        args=args,
+        train_dataset=pairs_dataset(pieces.pairs),
+        processing_class=pieces.tokenizer,
+        callbacks=[timer],
+    )
 
 
 def _grpo(kind: str, cfg, pieces, timer, out: Path):
@@ -59,16 +79,29 @@ def _grpo(kind: str, cfg, pieces, timer, out: Path):
         from ablate.bench.costs import build_regime
 
         reference, _ = build_regime(cfg, pieces)
-        return build_trainer(cfg, policy=policy, tokenizer=pieces.tokenizer, prompts=pieces.prompts,
-                             reward=pieces.reward, reference=reference, callbacks=[timer], out_dir=out,
-                             device=pieces.device)
+        return build_trainer(
+            cfg,
+            policy=policy,
+            tokenizer=pieces.tokenizer,
+            prompts=pieces.prompts,
+            reward=pieces.reward,
+            reference=reference,
+            callbacks=[timer],
+            out_dir=out,
+            device=pieces.device,
+        )
     from trl import GRPOTrainer
 
     args = trl_args(cfg, out, pieces.device)
     args.beta = cfg.algo.beta  # stock TRL loads and runs its own reference model
-    return GRPOTrainer(model=policy, reward_funcs=[gold_reward_fn(pieces.reward)], args=args,
-                       train_dataset=prompts_dataset(pieces.prompts), processing_class=pieces.tokenizer,
-                       callbacks=[timer])
+    return GRPOTrainer(
+        model=policy,
+        reward_funcs=[gold_reward_fn(pieces.reward)],
+        args=args,
+        train_dataset=prompts_dataset(pieces.prompts),
+        processing_class=pieces.tokenizer,
+        callbacks=[timer],
+    )
 
 
 BUILDERS = {"dpo": _dpo, "grpo": _grpo}

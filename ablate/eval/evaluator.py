@@ -52,15 +52,29 @@ class _Audit:
     """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
 
     per_sample: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len")})
+        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len")}
+    )
     approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
     judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
     reasons: dict[str, str] = field(default_factory=dict)
 
 
 class Evaluator:
-    def __init__(self, *, judge: torch.nn.Module, tokenizer, prompts: list[str], heldout: list[str], reward, safety,
-                 eval_cfg, task_cfg, run_seed: int, device: torch.device, proxy=None):
+    def __init__(
+        self,
+        *,
+        judge: torch.nn.Module,
+        tokenizer,
+        prompts: list[str],
+        heldout: list[str],
+        reward,
+        safety,
+        eval_cfg,
+        task_cfg,
+        run_seed: int,
+        device: torch.device,
+        proxy=None,
+    ):
         self.judge = freeze(judge)
         self.tok = tokenizer
         self.prompts = prompts
@@ -79,9 +93,17 @@ class Evaluator:
     def _sample(self, model, seed: int, desc: str) -> list[SampledBatch]:
         """Responses sampled in ``eval.precision``, outside Accelerate's per-call autocast wrapper."""
         with unwrapped_forward(model):
-            return sample(model, self.tok, self.prompts, max_new_tokens=self.task.max_new_tokens,
-                          temperature=self.task.temperature, batch_size=self.cfg.batch_size, seed=seed,
-                          precision=self.precision, desc=desc)
+            return sample(
+                model,
+                self.tok,
+                self.prompts,
+                max_new_tokens=self.task.max_new_tokens,
+                temperature=self.task.temperature,
+                batch_size=self.cfg.batch_size,
+                seed=seed,
+                precision=self.precision,
+                desc=desc,
+            )
 
     def sft_baseline(self) -> dict:
         """The SFT model's responses to the evaluation prompts, sampled once (another seed than the policy's)."""
@@ -103,7 +125,9 @@ class Evaluator:
         policy.eval()
         try:
             for i in range(0, len(self.heldout), self.cfg.batch_size):
-                enc = self.tok(self.heldout[i:i + self.cfg.batch_size], return_tensors="pt", padding=True).to(self.device)
+                enc = self.tok(self.heldout[i : i + self.cfg.batch_size], return_tensors="pt", padding=True).to(
+                    self.device
+                )
                 mask = enc["attention_mask"][:, 1:].bool() & enc["attention_mask"][:, :-1].bool()
                 batch = TokenBatch(enc["input_ids"], enc["attention_mask"], enc["attention_mask"])
                 with autocast(self.device, self.precision):
@@ -120,8 +144,9 @@ class Evaluator:
         if "kl_approx" in audit.reasons:
             return None
         if not reference.has_reference:
-            audit.reasons["kl_approx"] = (f"ref={reference.name} trains without a reference: there is no "
-                                          f"stand-in divergence")
+            audit.reasons["kl_approx"] = (
+                f"ref={reference.name} trains without a reference: there is no stand-in divergence"
+            )
             return None
         try:
             return reference.distribution(batch)
@@ -176,9 +201,14 @@ class Evaluator:
         for k in LOGP_KEYS:
             if math.isnan(errors[k]):
                 reasons.setdefault(k, reasons.get("kl_approx", "no response tokens"))
-        return {"kl/true": kl_true, "kl/true_k1": mm.mean(ps["k1"]), "kl/true_k3": mm.mean(ps["k3"]),
-                "kl/approx": kl_approx, "kl/abs_err": abs(kl_approx - kl_true),
-                **{f"kl/{k}": errors[k] for k in LOGP_KEYS}}
+        return {
+            "kl/true": kl_true,
+            "kl/true_k1": mm.mean(ps["k1"]),
+            "kl/true_k3": mm.mean(ps["k3"]),
+            "kl/approx": kl_approx,
+            "kl/abs_err": abs(kl_approx - kl_true),
+            **{f"kl/{k}": errors[k] for k in LOGP_KEYS},
+        }
 
     def evaluate(self, policy, reference: Reference, step: int) -> EvalResult:
         sft = self.sft_baseline()
@@ -204,22 +234,50 @@ class Evaluator:
             proxy_mean = float("nan")
             reasons["reward_proxy"] = "the run trains on the gold reward (no learned reward model)"
         metrics = {
-            "eval/win_rate": wr["win_rate"], "eval/win_rate_lo": wr["win_rate_lo"], "eval/win_rate_hi": wr["win_rate_hi"],
-            "eval/reward_gold": mm.mean(rewards), "eval/reward_gold_sft": mm.mean(sft["rewards"]),
+            "eval/win_rate": wr["win_rate"],
+            "eval/win_rate_lo": wr["win_rate_lo"],
+            "eval/win_rate_hi": wr["win_rate_hi"],
+            "eval/reward_gold": mm.mean(rewards),
+            "eval/reward_gold_sft": mm.mean(sft["rewards"]),
             "eval/reward_proxy": proxy_mean,
-            "eval/ppl": ppl, "eval/length": mm.mean(ps["len"]),
-            "eval/rep_2": mm.mean_rep_n(texts, 2), "eval/distinct_2": mm.distinct_n(texts, 2),
+            "eval/ppl": ppl,
+            "eval/length": mm.mean(ps["len"]),
+            "eval/rep_2": mm.mean_rep_n(texts, 2),
+            "eval/distinct_2": mm.distinct_n(texts, 2),
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),
             "eval/unsafe_rate_sft": mm.mean([float(p >= self.safety.threshold) for p in sft["unsafe"]]),
             **self._kl_metrics(audit),
         }
         approx = ps["kl_approx"] if "kl_approx" not in reasons else [float("nan")] * len(texts)
         samples = [
-            {"step": step, "prompt": p, "policy_response": t, "sft_response": st, "policy_reward": r, "sft_reward": sr,
-             "policy_unsafe_prob": u, "sft_unsafe_prob": su, "kl_true": k, "kl_k1": k1, "kl_k3": k3,
-             "kl_approx": ka, "length": n}
+            {
+                "step": step,
+                "prompt": p,
+                "policy_response": t,
+                "sft_response": st,
+                "policy_reward": r,
+                "sft_reward": sr,
+                "policy_unsafe_prob": u,
+                "sft_unsafe_prob": su,
+                "kl_true": k,
+                "kl_k1": k1,
+                "kl_k3": k3,
+                "kl_approx": ka,
+                "length": n,
+            }
             for p, t, st, r, sr, u, su, k, k1, k3, ka, n in zip(
-                self.prompts, texts, sft["texts"], rewards, sft["rewards"], unsafe_p, sft["unsafe"],
-                ps["kl"], ps["k1"], ps["k3"], approx, ps["len"])
+                self.prompts,
+                texts,
+                sft["texts"],
+                rewards,
+                sft["rewards"],
+                unsafe_p,
+                sft["unsafe"],
+                ps["kl"],
+                ps["k1"],
+                ps["k3"],
+                approx,
+                ps["len"],
+            )
         ]
         return EvalResult(step, metrics, samples, reasons)

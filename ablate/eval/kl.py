@@ -81,10 +81,7 @@ def exact_kl_per_token(policy_logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     returned in the promoted input dtype.
     """
     if policy_logprobs.shape != ref_logprobs.shape:
-        raise ValueError(
-            f"shape mismatch: {tuple(policy_logprobs.shape)} vs "
-            f"{tuple(ref_logprobs.shape)}"
-        )
+        raise ValueError(f"shape mismatch: {tuple(policy_logprobs.shape)} vs {tuple(ref_logprobs.shape)}")
     out_dtype = torch.promote_types(policy_logprobs.dtype, ref_logprobs.dtype)
     return kl_from_scores(policy_logprobs, ref_logprobs).to(out_dtype)
 
@@ -95,9 +92,7 @@ def kl_estimators(logp: Tensor, ref_logp: Tensor) -> dict[str, Tensor]:
     ``k1 = -l`` (unbiased, can be negative), ``k2 = l**2 / 2`` (biased,
     >= 0), ``k3 = exp(l) - 1 - l`` (unbiased, >= 0)."""
     if logp.shape != ref_logp.shape:
-        raise ValueError(
-            f"shape mismatch: {tuple(logp.shape)} vs {tuple(ref_logp.shape)}"
-        )
+        raise ValueError(f"shape mismatch: {tuple(logp.shape)} vs {tuple(ref_logp.shape)}")
     l = ref_logp - logp
     return {
         "k1": -l,
@@ -113,9 +108,7 @@ def sequence_sum(per_token: Tensor, mask: Tensor) -> Tensor:
     there cannot leak. A float mask weights the kept positions.
     """
     if per_token.shape != mask.shape:
-        raise ValueError(
-            f"shape mismatch: {tuple(per_token.shape)} vs {tuple(mask.shape)}"
-        )
+        raise ValueError(f"shape mismatch: {tuple(per_token.shape)} vs {tuple(mask.shape)}")
     keep = mask.bool()
     zero = torch.zeros_like(per_token)
     if mask.dtype == torch.bool:
@@ -129,10 +122,7 @@ def logprob_errors(approx: Tensor, truth: Tensor, mask: Tensor) -> dict[str, flo
     """Mean absolute, root-mean-square and max absolute error between two
     ``[B, T]`` log-prob tensors over masked positions (nan if none)."""
     if approx.shape != truth.shape or approx.shape != mask.shape:
-        raise ValueError(
-            f"shape mismatch: {tuple(approx.shape)}, {tuple(truth.shape)}, "
-            f"{tuple(mask.shape)}"
-        )
+        raise ValueError(f"shape mismatch: {tuple(approx.shape)}, {tuple(truth.shape)}, {tuple(mask.shape)}")
     keep = mask.bool()
     if not bool(keep.any()):
         nan = math.nan
@@ -149,10 +139,7 @@ def logprob_errors(approx: Tensor, truth: Tensor, mask: Tensor) -> dict[str, flo
 def gather_token_logprobs(logprobs: Tensor, tokens: Tensor) -> Tensor:
     """Pick the log-prob of each token: ``[B, T, V]`` and ``[B, T]`` -> ``[B, T]``."""
     if logprobs.shape[:-1] != tokens.shape:
-        raise ValueError(
-            f"shape mismatch: logprobs {tuple(logprobs.shape)} vs tokens "
-            f"{tuple(tokens.shape)}"
-        )
+        raise ValueError(f"shape mismatch: logprobs {tuple(logprobs.shape)} vs tokens {tuple(tokens.shape)}")
     return logprobs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
@@ -171,13 +158,14 @@ def _chunks(mask: Tensor, vocab: int, chunk_elements: int):
     rows, cols = mask.bool().nonzero(as_tuple=True)
     step = max(1, chunk_elements // max(vocab, 1))
     for s in range(0, rows.numel(), step):
-        yield rows[s:s + step], cols[s:s + step]
+        yield rows[s : s + step], cols[s : s + step]
 
 
 def _check_scores(scores: Tensor, tokens: Tensor, mask: Tensor, what: str) -> None:
     if scores.shape[:-1] != tokens.shape or tokens.shape != mask.shape:
-        raise ValueError(f"shape mismatch: {what} {tuple(scores.shape)}, tokens {tuple(tokens.shape)}, "
-                         f"mask {tuple(mask.shape)}")
+        raise ValueError(
+            f"shape mismatch: {what} {tuple(scores.shape)}, tokens {tuple(tokens.shape)}, mask {tuple(mask.shape)}"
+        )
 
 
 def token_logprobs(scores: Tensor, tokens: Tensor, mask: Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
@@ -191,8 +179,14 @@ def token_logprobs(scores: Tensor, tokens: Tensor, mask: Tensor, chunk_elements:
     return out
 
 
-def audit_terms(policy: Tensor, judge: Tensor, tokens: Tensor, mask: Tensor, stand_in: Tensor | None = None,
-                chunk_elements: int = CHUNK_ELEMENTS) -> AuditTerms:
+def audit_terms(
+    policy: Tensor,
+    judge: Tensor,
+    tokens: Tensor,
+    mask: Tensor,
+    stand_in: Tensor | None = None,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> AuditTerms:
     """The audit of one batch of sampled responses from ``[B, T, V]`` log-scores (logits or log-probs,
     any float dtype) of the policy, the judge and optionally the regime's stand-in, at the sampled
     ``tokens`` ``[B, T]`` where ``mask`` is set.

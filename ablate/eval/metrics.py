@@ -18,9 +18,7 @@ _WORD_RE = re.compile(r"\w+")
 NAN = float("nan")
 
 
-def wilson_interval(
-    successes: float, n: int, confidence: float = 0.95
-) -> tuple[float, float]:
+def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion.
 
     ``successes`` may be fractional (e.g. ties counted as half a win).
@@ -44,9 +42,7 @@ def wilson_interval(
     return (centre - half, centre + half)
 
 
-def win_rate(
-    policy_scores: Sequence[float], baseline_scores: Sequence[float]
-) -> dict[str, float]:
+def win_rate(policy_scores: Sequence[float], baseline_scores: Sequence[float]) -> dict[str, float]:
     """Pairwise win rate of policy over baseline; ties count half.
 
     Scores are compared exactly (equal means tie). Returns ``win_rate``,
@@ -57,9 +53,7 @@ def win_rate(
     pol = list(policy_scores)
     base = list(baseline_scores)
     if len(pol) != len(base):
-        raise ValueError(
-            f"length mismatch: {len(pol)} policy vs {len(base)} baseline scores"
-        )
+        raise ValueError(f"length mismatch: {len(pol)} policy vs {len(base)} baseline scores")
     wins = sum(1 for a, b in zip(pol, base) if a > b)
     ties = sum(1 for a, b in zip(pol, base) if a == b)
     n = len(pol)
@@ -131,9 +125,7 @@ def mean(xs: Iterable[float]) -> float:
     return float(arr.mean())
 
 
-def mean_ci(
-    xs: Iterable[float], confidence: float = 0.95
-) -> tuple[float, float, float]:
+def mean_ci(xs: Iterable[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """``(mean, lo, hi)`` with a two-sided Student-t interval on the mean.
 
     The interval is ``(nan, nan)`` when fewer than 2 values; the mean is nan

@@ -45,13 +45,15 @@ def check_device(device: str) -> None:
         return
     if not torch.cuda.is_available():
         build = "a CPU-only build of torch" if torch.version.cuda is None else "no GPU is visible"
-        raise ConfigError(f"model.device={device} but no CUDA device is available ({build}); "
-                          f"use model.device=cpu or auto")
+        raise ConfigError(
+            f"model.device={device} but no CUDA device is available ({build}); use model.device=cpu or auto"
+        )
     index = device.partition(":")[2]
     count = torch.cuda.device_count()
     if index and int(index) >= count:
-        raise ConfigError(f"model.device={device} but this machine has {count} CUDA device(s): "
-                          f"use cuda:0..cuda:{count - 1}, or cuda")
+        raise ConfigError(
+            f"model.device={device} but this machine has {count} CUDA device(s): use cuda:0..cuda:{count - 1}, or cuda"
+        )
 
 
 def resolve_source(model_cfg, cache_root: Path) -> ModelSource:
@@ -60,9 +62,14 @@ def resolve_source(model_cfg, cache_root: Path) -> ModelSource:
         path = smollm2.model_dir(cache_root)
         return ModelSource(path, "smollm2:" + path.name)
     if model_cfg.name == "tiny":
-        path = tiny.model_dir(cache_root, hidden_size=model_cfg.hidden_size, num_layers=model_cfg.num_layers,
-                              num_heads=model_cfg.num_heads, intermediate_size=model_cfg.intermediate_size,
-                              init_seed=model_cfg.init_seed)
+        path = tiny.model_dir(
+            cache_root,
+            hidden_size=model_cfg.hidden_size,
+            num_layers=model_cfg.num_layers,
+            num_heads=model_cfg.num_heads,
+            intermediate_size=model_cfg.intermediate_size,
+            init_seed=model_cfg.init_seed,
+        )
         return ModelSource(path, "tiny:" + path.name)
     if model_cfg.name == "hf":
         local = Path(model_cfg.name_or_path).expanduser()
@@ -94,21 +101,26 @@ def check_source(model_cfg) -> None:
 
 def is_path_like(value: str) -> bool:
     """Whether ``name_or_path`` means a local path (as :func:`resolve_source` reads it) rather than a hub id."""
-    return (value.startswith(("/", "./", "../", "~")) or value in (".", "..")
-            or Path(value).expanduser().exists())
+    return value.startswith(("/", "./", "../", "~")) or value in (".", "..") or Path(value).expanduser().exists()
 
 
 def _check_folder(path: Path, value: str) -> None:
     """A local ``name_or_path`` must be a transformers model folder (``from_pretrained`` reads config.json)."""
     if not path.exists():
-        raise ConfigError(f"model.name_or_path={value}: no such folder; pass a model folder (with config.json) "
-                          f"or a hub id such as HuggingFaceTB/SmolLM2-360M-Instruct")
+        raise ConfigError(
+            f"model.name_or_path={value}: no such folder; pass a model folder (with config.json) "
+            f"or a hub id such as HuggingFaceTB/SmolLM2-360M-Instruct"
+        )
     if not path.is_dir():
-        raise ConfigError(f"model.name_or_path={value} is a file; model=hf takes a model folder holding "
-                          f"config.json and the weights (a GGUF file is not loaded by model=hf)")
+        raise ConfigError(
+            f"model.name_or_path={value} is a file; model=hf takes a model folder holding "
+            f"config.json and the weights (a GGUF file is not loaded by model=hf)"
+        )
     if not (path / "config.json").is_file():
-        raise ConfigError(f"model.name_or_path={value} has no config.json; pass a transformers model folder "
-                          f"(as save_pretrained writes it) or a hub id")
+        raise ConfigError(
+            f"model.name_or_path={value} has no config.json; pass a transformers model folder "
+            f"(as save_pretrained writes it) or a hub id"
+        )
 
 
 def _check_hub_id(repo_id: str) -> None:
@@ -119,17 +131,22 @@ def _check_hub_id(repo_id: str) -> None:
     try:
         folder = Path(snapshot_download(repo_id, local_files_only=True))
     except HFValidationError:
-        raise ConfigError(f"model.name_or_path={repo_id!r} is neither an existing folder nor a hub id "
-                          f"(org/name)") from None
+        raise ConfigError(
+            f"model.name_or_path={repo_id!r} is neither an existing folder nor a hub id (org/name)"
+        ) from None
     except IncompleteSnapshotError:
-        raise MissingAsset(f"the cached snapshot of {repo_id} is incomplete (an interrupted download?); complete "
-                           f"it with `hf download {repo_id}` on a machine with network") from None
+        raise MissingAsset(
+            f"the cached snapshot of {repo_id} is incomplete (an interrupted download?); complete "
+            f"it with `hf download {repo_id}` on a machine with network"
+        ) from None
     except LocalEntryNotFoundError:
         _check_uncached_hub_id(repo_id)
         return
     if not (folder / "config.json").is_file():
-        raise MissingAsset(f"the cached snapshot of {repo_id} ({folder}) has no config.json; download it again "
-                           f"with `hf download {repo_id}`, or pass a local folder")
+        raise MissingAsset(
+            f"the cached snapshot of {repo_id} ({folder}) has no config.json; download it again "
+            f"with `hf download {repo_id}`, or pass a local folder"
+        )
 
 
 def hub_offline() -> bool:
@@ -145,14 +162,18 @@ def _check_uncached_hub_id(repo_id: str) -> None:
     from huggingface_hub import constants
 
     not_cached = f"model.name_or_path={repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
-    todo = (f"download it first with `hf download {repo_id}` on a machine with network (into this cache), "
-            f"or pass a local folder")
+    todo = (
+        f"download it first with `hf download {repo_id}` on a machine with network (into this cache), "
+        f"or pass a local folder"
+    )
     if hub_offline():
         raise MissingAsset(f"{not_cached} and HF_HUB_OFFLINE is set: {todo}")
     problem = _hub_lookup(repo_id)
     if problem == "missing":
-        raise ConfigError(f"model.name_or_path={repo_id}: the hub has no such model (a private or gated one needs "
-                          f"`hf auth login`); check the id, or pass a local folder")
+        raise ConfigError(
+            f"model.name_or_path={repo_id}: the hub has no such model (a private or gated one needs "
+            f"`hf auth login`); check the id, or pass a local folder"
+        )
     if problem:
         raise MissingAsset(f"{not_cached} and the hub cannot be reached ({problem}): {todo}")
 
@@ -210,8 +231,11 @@ def folder_fingerprint(folder: Path, cache_root: Path) -> str:
 def tokenizer_fingerprint(tokenizer) -> str:
     """Hash of everything in the tokenizer that changes token ids: vocab, merges, special tokens, template."""
     h = hashlib.sha256()
-    h.update(tokenizer.backend_tokenizer.to_str().encode() if hasattr(tokenizer, "backend_tokenizer")
-             else json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    h.update(
+        tokenizer.backend_tokenizer.to_str().encode()
+        if hasattr(tokenizer, "backend_tokenizer")
+        else json.dumps(tokenizer.get_vocab(), sort_keys=True).encode()
+    )
     h.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
     h.update((tokenizer.chat_template or "").encode())
     h.update(str(tokenizer.padding_side).encode())
@@ -245,6 +269,11 @@ def add_adapter(model, adapter_cfg):
     """Wrap the policy in a fresh LoRA adapter (peft)."""
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=adapter_cfg.r, lora_alpha=adapter_cfg.alpha, lora_dropout=adapter_cfg.dropout,
-                      target_modules=list(adapter_cfg.target_modules), task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=adapter_cfg.r,
+        lora_alpha=adapter_cfg.alpha,
+        lora_dropout=adapter_cfg.dropout,
+        target_modules=list(adapter_cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, lora)

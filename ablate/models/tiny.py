@@ -27,23 +27,29 @@ def tiny_config(hidden_size: int, num_layers: int, num_heads: int, intermediate_
     )
 
 
-def model_dir(cache_root: Path, *, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
-              init_seed: int) -> Path:
+def model_dir(
+    cache_root: Path, *, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int, init_seed: int
+) -> Path:
     tok_dir = smollm2.tokenizer_dir(cache_root)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     cfg = tiny_config(hidden_size, num_layers, num_heads, intermediate_size, len(tokenizer))
-    entry = CacheEntry(cache_root, "models/tiny", {"config": cfg, "seed": init_seed,
-                                                   "tokenizer_entry": tok_dir.name, "format": 1})
+    entry = CacheEntry(
+        cache_root, "models/tiny", {"config": cfg, "seed": init_seed, "tokenizer_entry": tok_dir.name, "format": 1}
+    )
     if not entry.valid():
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
         with entry.build() as tmp:
             torch.manual_seed(init_seed)
-            config = LlamaConfig(**cfg, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                 pad_token_id=tokenizer.pad_token_id)
+            config = LlamaConfig(
+                **cfg,
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
             model = LlamaForCausalLM(config)
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ablate.refs.base import REGISTRY, Reference, RefCost, TokenBatch, register, regime_class
+from ablate.refs.base import REGISTRY, RefCost, Reference, TokenBatch, regime_class, register
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base" and not _m.name.startswith("_"):

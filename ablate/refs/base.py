@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -15,7 +16,7 @@ from ablate.errors import ConfigError
 if TYPE_CHECKING:
     from ablate.config import Config, RefConfig
 
-REGISTRY: dict[str, type["Reference"]] = {}
+REGISTRY: dict[str, type[Reference]] = {}
 
 
 @dataclass
@@ -30,7 +31,7 @@ class TokenBatch:
     attention_mask: torch.Tensor
     completion_mask: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "TokenBatch":
+    def to(self, device: torch.device | str) -> TokenBatch:
         return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
 
     @property
@@ -55,7 +56,7 @@ class RefCost:
 class RefContext:
     """What a regime may need to build itself. Built by the runner, before training."""
 
-    config: "Config"
+    config: Config
     model_dir: str
     model_fingerprint: str
     tokenizer: Any
@@ -89,7 +90,7 @@ class Reference(ABC):
     #: True when the regime is built from the preference pairs (cached, distilled), whatever the algorithm.
     needs_pairs: ClassVar[bool] = False
 
-    def __init__(self, cfg: "RefConfig", ctx: RefContext):
+    def __init__(self, cfg: RefConfig, ctx: RefContext):
         self.cfg = cfg
         self.ctx = ctx
         self._cost = RefCost()
@@ -135,7 +136,7 @@ class Reference(ABC):
         self._cost.forward_calls = int(state.get("forward_calls", 0))
 
     @classmethod
-    def check_config(cls, cfg: "Config") -> None:
+    def check_config(cls, cfg: Config) -> None:
         """Raise ConfigError (one line) for impossible combinations, before anything loads."""
 
     def unavailable_reason(self) -> str | None:

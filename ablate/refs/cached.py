@@ -20,8 +20,8 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 
@@ -43,8 +43,10 @@ class CachedRefConfig(RefConfig):
     batch_size: int = 8  # precompute batch size (does not change the values)
 
     def __post_init__(self) -> None:
-        _check(self.miss in ("skip", "fallback", "error", "auto"),
-               f"ref.miss must be skip, fallback, error or auto, got {self.miss!r}")
+        _check(
+            self.miss in ("skip", "fallback", "error", "auto"),
+            f"ref.miss must be skip, fallback, error or auto, got {self.miss!r}",
+        )
         _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
 
 
@@ -66,11 +68,15 @@ class CachedReference(Reference):
         from ablate.errors import ConfigError
 
         if cfg.algo.name != "dpo" and cfg.ref.miss == "error":  # auto picks skip there
-            raise ConfigError(f"ref=cached cannot score the fresh samples of algo={cfg.algo.name}: set "
-                              f"ref.miss=skip (no reference term for them) or ref.miss=fallback (a full copy)")
+            raise ConfigError(
+                f"ref=cached cannot score the fresh samples of algo={cfg.algo.name}: set "
+                f"ref.miss=skip (no reference term for them) or ref.miss=fallback (a full copy)"
+            )
         if cfg.algo.name == "dpo" and cfg.ref.miss == "skip":
-            raise ConfigError("ref.miss=skip is for online algorithms: a DPO pair has no loss without its reference "
-                              "log-probs; use ref.miss=error (auto: the training pairs are all cached) or fallback")
+            raise ConfigError(
+                "ref.miss=skip is for online algorithms: a DPO pair has no loss without its reference "
+                "log-probs; use ref.miss=error (auto: the training pairs are all cached) or fallback"
+            )
 
     def __init__(self, cfg: CachedRefConfig, ctx):
         super().__init__(cfg, ctx)
@@ -138,8 +144,9 @@ class CachedReference(Reference):
         lengths = torch.tensor([rows[r].numel() for r in order], dtype=torch.int64)
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         with self.entry.build(extra_meta={"rows": len(order)}) as tmp:
-            save_file({"values": torch.cat([rows[r] for r in order]).contiguous(), "offsets": offsets},
-                      str(tmp / VALUES))
+            save_file(
+                {"values": torch.cat([rows[r] for r in order]).contiguous(), "offsets": offsets}, str(tmp / VALUES)
+            )
             (tmp / INDEX).write_text(json.dumps(order))
 
     def _load(self) -> None:
@@ -166,7 +173,7 @@ class CachedReference(Reference):
                 missing.append(i)
                 continue
             pos = batch.attention_mask[i].bool().nonzero().squeeze(-1).cpu()
-            out[i, pos[1:] - 1] = self.values[self.offsets[j]:self.offsets[j + 1]]
+            out[i, pos[1:] - 1] = self.values[self.offsets[j] : self.offsets[j + 1]]
         return out, missing
 
     def _logprobs(self, batch: TokenBatch, *, count: bool = True) -> torch.Tensor:
@@ -176,13 +183,18 @@ class CachedReference(Reference):
         if count:
             self.hits += batch.input_ids.shape[0] - len(missing)
             self.misses += len(missing)
-            self._cost.extra.update(hits=self.hits, misses=self.misses,
-                                    hit_rate=self.hits / max(1, self.hits + self.misses),
-                                    model_forwards=self.model_forwards)
+            self._cost.extra.update(
+                hits=self.hits,
+                misses=self.misses,
+                hit_rate=self.hits / max(1, self.hits + self.misses),
+                model_forwards=self.model_forwards,
+            )
         if missing:
             if self.cfg.miss == "error":
-                raise RuntimeError(f"ref=cached: {len(missing)} of {batch.input_ids.shape[0]} sequences are not in "
-                                   f"the cache (miss=error); use ref.miss=fallback or ref.miss=skip")
+                raise RuntimeError(
+                    f"ref=cached: {len(missing)} of {batch.input_ids.shape[0]} sequences are not in "
+                    f"the cache (miss=error); use ref.miss=fallback or ref.miss=skip"
+                )
             if self.cfg.miss == "fallback":
                 sub = TokenBatch(*(t[missing] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask)))
                 out[missing] = token_logprobs(self._fallback_model(), sub.to(self.ctx.device)).cpu()
@@ -205,13 +217,17 @@ class CachedReference(Reference):
         if self.cfg.miss != "fallback":
             _, missing = self._lookup(batch)
             if missing:
-                raise NotImplementedError(f"ref=cached has no log-probs for fresh samples "
-                                          f"({len(missing)} of {batch.input_ids.shape[0]} not in the cache)")
+                raise NotImplementedError(
+                    f"ref=cached has no log-probs for fresh samples "
+                    f"({len(missing)} of {batch.input_ids.shape[0]} not in the cache)"
+                )
         return self._logprobs(batch, count=False)
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
-        raise NotImplementedError("ref=cached stores only per-token log-probs of its dataset: it has no "
-                                  "next-token distribution for fresh samples")
+        raise NotImplementedError(
+            "ref=cached stores only per-token log-probs of its dataset: it has no "
+            "next-token distribution for fresh samples"
+        )
 
 
 def pair_batches(tok, pairs, batch_size: int) -> list[TokenBatch]:
@@ -227,12 +243,12 @@ def pair_batches(tok, pairs, batch_size: int) -> list[TokenBatch]:
             rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
     batches = []
     for i in range(0, len(rows), batch_size):
-        chunk = rows[i:i + batch_size]
+        chunk = rows[i : i + batch_size]
         width = max(len(r[0]) for r in chunk)
         ids = torch.full((len(chunk), width), tok.pad_token_id)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
         comp = torch.zeros((len(chunk), width), dtype=torch.long)
         for j, (r, m) in enumerate(chunk):
-            ids[j, :len(r)], att[j, :len(r)], comp[j, :len(r)] = torch.tensor(r), 1, torch.tensor(m)
+            ids[j, : len(r)], att[j, : len(r)], comp[j, : len(r)] = torch.tensor(r), 1, torch.tensor(m)
         batches.append(TokenBatch(ids, att, comp))
     return batches

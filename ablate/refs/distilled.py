@@ -24,7 +24,7 @@ import math
 import re
 import time
 from dataclasses import asdict, dataclass, is_dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +45,7 @@ _LAYER_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<idx>\d+)\.(?P<rest>.
 @dataclass
 class DistilledRefConfig(RefConfig):
     name: str = "distilled"
-    num_layers: Optional[int] = None  # student depth; None: about param_fraction of the teacher's parameters
+    num_layers: int | None = None  # student depth; None: about param_fraction of the teacher's parameters
     param_fraction: float = 0.25  # target student/teacher parameter ratio when num_layers is None
     steps: int = 200  # distillation optimiser steps
     batch_size: int = 8  # sequences per distillation step
@@ -55,16 +55,19 @@ class DistilledRefConfig(RefConfig):
     heldout_fraction: float = 0.2  # share of the sequences kept out of training to measure the student's KL
 
     def __post_init__(self) -> None:
-        _check(self.num_layers is None or self.num_layers >= 1,
-               f"ref.num_layers must be >= 1 (or null for param_fraction), got {self.num_layers}")
+        _check(
+            self.num_layers is None or self.num_layers >= 1,
+            f"ref.num_layers must be >= 1 (or null for param_fraction), got {self.num_layers}",
+        )
         _check(0.0 < self.param_fraction <= 1.0, f"ref.param_fraction must be in (0, 1], got {self.param_fraction}")
         _check(self.steps >= 1, f"ref.steps must be >= 1, got {self.steps}")
         _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
         _check(0.0 < self.learning_rate < 1.0, f"ref.learning_rate must be in (0, 1), got {self.learning_rate}")
         _check(self.max_length >= 8, f"ref.max_length must be >= 8, got {self.max_length}")
         _check(self.seed >= 0, f"ref.seed must be >= 0, got {self.seed}")
-        _check(0.0 < self.heldout_fraction < 1.0,
-               f"ref.heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        _check(
+            0.0 < self.heldout_fraction < 1.0, f"ref.heldout_fraction must be in (0, 1), got {self.heldout_fraction}"
+        )
 
 
 # ------------------------------------------------------------------------------------------ the student
@@ -98,8 +101,10 @@ def resolve_num_layers(cfg: DistilledRefConfig, teacher: torch.nn.Module) -> int
     if n_teacher == 0:
         raise ConfigError("ref=distilled: the SFT model has no recognisable decoder layers (*.layers.<i>.*)")
     if cfg.num_layers is not None:
-        _check(cfg.num_layers <= n_teacher,
-               f"ref.num_layers must be <= the SFT model's {n_teacher} layers, got {cfg.num_layers}")
+        _check(
+            cfg.num_layers <= n_teacher,
+            f"ref.num_layers must be <= the SFT model's {n_teacher} layers, got {cfg.num_layers}",
+        )
         return cfg.num_layers
     total = n_params(teacher)
     per_layer = sum(layers.values()) / n_teacher
@@ -184,9 +189,9 @@ def collate(seqs: list[tuple[list[int], int]], pad_id: int, device: torch.device
     att = torch.zeros((len(seqs), width), dtype=torch.long)
     resp = torch.zeros((len(seqs), width), dtype=torch.bool)
     for i, (row, n_prompt) in enumerate(seqs):
-        ids[i, :len(row)] = torch.tensor(row)
-        att[i, :len(row)] = 1
-        resp[i, n_prompt:len(row)] = True
+        ids[i, : len(row)] = torch.tensor(row)
+        att[i, : len(row)] = 1
+        resp[i, n_prompt : len(row)] = True
     return ids.to(device), att.to(device), resp[:, 1:].to(device)
 
 
@@ -211,9 +216,10 @@ def heldout_kl(teacher, student, seqs, batch_size: int, pad_id: int, device: tor
     total, count = 0.0, 0
     with torch.autocast(device.type, enabled=False):
         for i in range(0, len(seqs), batch_size):
-            ids, att, target = collate(seqs[i:i + batch_size], pad_id, device)
-            total += forward_kl_sum(response_logprobs(teacher, ids, att, target),
-                                    response_logprobs(student, ids, att, target)).item()
+            ids, att, target = collate(seqs[i : i + batch_size], pad_id, device)
+            total += forward_kl_sum(
+                response_logprobs(teacher, ids, att, target), response_logprobs(student, ids, att, target)
+            ).item()
             count += int(target.sum())
     student.train(was_training)
     return total / max(count, 1)
@@ -254,7 +260,6 @@ class DistilledReference(ModelReference):
 
     needs_pairs = True
 
-
     def __init__(self, cfg: DistilledRefConfig, ctx: RefContext):
         if not ctx.train_data:
             raise ConfigError("ref=distilled distils on the DPO pairs, but RefContext.train_data is empty")
@@ -284,8 +289,9 @@ class DistilledReference(ModelReference):
             self.cache_hit = True
             dtype = getattr(torch, meta.get("dtype", "float32"))
             log.info("distilled reference: cache hit at %s", self.entry.path)
-            return load_model(ModelSource(self.entry.path, "distilled:" + self.entry.digest), self.ctx.device,
-                              dtype=dtype)
+            return load_model(
+                ModelSource(self.entry.path, "distilled:" + self.entry.digest), self.ctx.device, dtype=dtype
+            )
         assert self.ctx.load_model is not None, "RefContext.load_model is required to distil a reference"
         student, stats = self.distil(texts)
         dtype = str(next(student.parameters()).dtype).removeprefix("torch.")
@@ -306,8 +312,10 @@ class DistilledReference(ModelReference):
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         seqs = tokenize_texts(tok, texts, cfg.max_length)
         if len(seqs) < 2:
-            raise ConfigError(f"ref=distilled needs at least 2 sequences with a response token within "
-                              f"ref.max_length={cfg.max_length}, got {len(seqs)}")
+            raise ConfigError(
+                f"ref=distilled needs at least 2 sequences with a response token within "
+                f"ref.max_length={cfg.max_length}, got {len(seqs)}"
+            )
         train_idx, held_idx = split_heldout(len(seqs), cfg.heldout_fraction, cfg.seed)
         train, held = [seqs[i] for i in train_idx], [seqs[i] for i in held_idx]
 
@@ -337,7 +345,7 @@ class DistilledReference(ModelReference):
             for _ in bar:
                 while len(order) < min(cfg.batch_size, len(train)):
                     order += torch.randperm(len(train), generator=g).tolist()
-                batch, order = [train[i] for i in order[:cfg.batch_size]], order[cfg.batch_size:]
+                batch, order = [train[i] for i in order[: cfg.batch_size]], order[cfg.batch_size :]
                 ids, att, target = collate(batch, pad_id, device)
                 with autocast(device, ctx.precision):
                     with torch.no_grad():
@@ -354,9 +362,14 @@ class DistilledReference(ModelReference):
             stats["distill_kl_train_last"] = train_kl
             stats["distill_kl_heldout"] = heldout_kl(teacher, student, held, cfg.batch_size, pad_id, device)
         stats["distill_s"] = time.perf_counter() - t0
-        log.info("distilled a %d-layer reference (%d of %d parameters): held-out KL %.4g -> %.4g",
-                 n_layers, stats["student_params"], stats["teacher_params"],
-                 stats["distill_kl_heldout_before"], stats["distill_kl_heldout"])
+        log.info(
+            "distilled a %d-layer reference (%d of %d parameters): held-out KL %.4g -> %.4g",
+            n_layers,
+            stats["student_params"],
+            stats["teacher_params"],
+            stats["distill_kl_heldout_before"],
+            stats["distill_kl_heldout"],
+        )
         del teacher
         gc.collect()
         if device.type == "cuda":

@@ -37,8 +37,10 @@ class EmaReference(ModelReference):
     @classmethod
     def check_config(cls, cfg) -> None:
         if cfg.model.adapter.enabled:
-            raise ConfigError(f"ref={cls.name} updates the reference from the policy's weights, which needs full "
-                              f"fine-tuning: drop model.adapter.enabled=true (or use ref=shared)")
+            raise ConfigError(
+                f"ref={cls.name} updates the reference from the policy's weights, which needs full "
+                f"fine-tuning: drop model.adapter.enabled=true (or use ref=shared)"
+            )
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from ablate.refs.base import Reference, RefContext, TokenBatch, module_bytes
+from ablate.refs.base import RefContext, Reference, TokenBatch, module_bytes
 
 
 def freeze(model: torch.nn.Module) -> torch.nn.Module:
@@ -37,8 +37,13 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     add_logprob_head(model)
     labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
     with torch.no_grad():
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels,
-                    fused_lm_head=True, use_cache=False)
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            labels=labels,
+            fused_lm_head=True,
+            use_cache=False,
+        )
     return out.log_probs.float()
 
 

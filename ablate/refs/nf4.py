@@ -31,7 +31,10 @@ class Nf4Reference(QuantizedReference):
     def quantization_config(self):
         from transformers import BitsAndBytesConfig
 
-        dtype = torch.bfloat16 if value_of(self.cfg.compute_dtype) == "bf16" \
-            else torch.float32
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.cfg.quant_type,
-                                  bnb_4bit_use_double_quant=self.cfg.double_quant, bnb_4bit_compute_dtype=dtype)
+        dtype = torch.bfloat16 if value_of(self.cfg.compute_dtype) == "bf16" else torch.float32
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=self.cfg.quant_type,
+            bnb_4bit_use_double_quant=self.cfg.double_quant,
+            bnb_4bit_compute_dtype=dtype,
+        )

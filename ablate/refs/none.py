@@ -46,8 +46,10 @@ class NoReference(Reference):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        _check(cfg.ref.loss == "dpo" or cfg.algo.name == "dpo",
-               f"ref.loss={cfg.ref.loss} is a DPO loss: it does nothing with algo={cfg.algo.name} (drop it)")
+        _check(
+            cfg.ref.loss == "dpo" or cfg.algo.name == "dpo",
+            f"ref.loss={cfg.ref.loss} is a DPO loss: it does nothing with algo={cfg.algo.name} (drop it)",
+        )
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1, device=batch.input_ids.device)

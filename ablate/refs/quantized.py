@@ -11,7 +11,7 @@ positions. This costs one forward per sequence instead of one per batch.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -33,8 +33,9 @@ def real_span(attention_row: torch.Tensor) -> tuple[int, int]:
         return 0, 0
     start, end = idx[0], idx[-1] + 1
     if end - start != len(idx):
-        raise ValueError("a row's attention_mask has holes: only left- or right-padded batches can be "
-                         "scored one sequence at a time")
+        raise ValueError(
+            "a row's attention_mask has holes: only left- or right-padded batches can be scored one sequence at a time"
+        )
     return start, end
 
 
@@ -51,12 +52,13 @@ def score_each_row(batch: TokenBatch, score: Callable[[TokenBatch], torch.Tensor
         if end - start < 2:  # nothing to predict inside the row's real tokens
             continue
         cut = slice(start, end)
-        one = TokenBatch(batch.input_ids[i:i + 1, cut], batch.attention_mask[i:i + 1, cut],
-                         batch.completion_mask[i:i + 1, cut])
+        one = TokenBatch(
+            batch.input_ids[i : i + 1, cut], batch.attention_mask[i : i + 1, cut], batch.completion_mask[i : i + 1, cut]
+        )
         values = score(one)[0]
         if out is None:
             out = values.new_zeros((rows, n - 1, *values.shape[1:]))
-        out[i, start:end - 1] = values
+        out[i, start : end - 1] = values
     if out is None:  # no row has two real tokens: only the shape is needed
         out = torch.zeros_like(score(batch))
     return out

@@ -3,9 +3,9 @@ disabled. No second copy of the model is held."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -28,8 +28,10 @@ class SharedReference(Reference):
     @classmethod
     def check_config(cls, cfg) -> None:
         if not cfg.model.adapter.enabled:
-            raise ConfigError("ref=shared needs a LoRA policy (the reference is the policy with its adapter "
-                              "disabled): add model.adapter.enabled=true")
+            raise ConfigError(
+                "ref=shared needs a LoRA policy (the reference is the policy with its adapter "
+                "disabled): add model.adapter.enabled=true"
+            )
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -54,8 +56,13 @@ class SharedReference(Reference):
         batch = batch.to(self.ctx.device)
         labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
         with self._base() as model:
-            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels,
-                        fused_lm_head=True, use_cache=False)
+            out = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                labels=labels,
+                fused_lm_head=True,
+                use_cache=False,
+            )
         return out.log_probs.float()
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """``python -m ablate.sweep``: list the sweep presets, or write their W&B sweep files.
 
-    python -m ablate.sweep list
-    python -m ablate.sweep wandb regimes [seeds] [--write]
+python -m ablate.sweep list
+python -m ablate.sweep wandb regimes [seeds] [--write]
 """
 
 from __future__ import annotations

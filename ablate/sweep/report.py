@@ -33,8 +33,11 @@ def job_statuses(sweep_dir: Path) -> list[tuple[str, str, str]]:
 def final_line(sweep_dir: Path) -> tuple[str, list[str], int]:
     rows = job_statuses(sweep_dir)
     counts = Counter(status for status, _, _ in rows)
-    bad = [f"  {status}: {name}" + (f" ({reason})" if reason else "") for status, name, reason in rows
-           if status != "finished"]
+    bad = [
+        f"  {status}: {name}" + (f" ({reason})" if reason else "")
+        for status, name, reason in rows
+        if status != "finished"
+    ]
     parts = [f"{counts.get(k, 0)} {k}" for k in ("finished", "failed", "diverged", "unfinished")]
     line = f"ablate: sweep {sweep_dir}: {len(rows)} jobs: {', '.join(parts)}"
     return line, bad, len(bad)

@@ -40,8 +40,9 @@ class PairSettings:
     precision: str
 
 
-def pair_key(*, model_fingerprint: str, tokenizer_fingerprint: str, settings: PairSettings, prompts: list[str],
-             reward_id: str) -> dict:
+def pair_key(
+    *, model_fingerprint: str, tokenizer_fingerprint: str, settings: PairSettings, prompts: list[str], reward_id: str
+) -> dict:
     return {
         "model": model_fingerprint,
         "tokenizer": tokenizer_fingerprint,
@@ -64,35 +65,50 @@ def select_pair(prompt: str, texts: list[str], rewards: list[float]) -> Pair | N
 def generate_pairs(model, tokenizer, prompts: list[str], reward, settings: PairSettings) -> list[Pair]:
     from ablate.models.sampling import sample
 
-    batches = sample(model, tokenizer, prompts, max_new_tokens=settings.max_new_tokens,
-                     temperature=settings.temperature, batch_size=settings.batch_size, seed=settings.seed,
-                     precision=settings.precision, n_per_prompt=settings.samples_per_prompt,
-                     desc="pairs: sampling SFT responses")
+    batches = sample(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        batch_size=settings.batch_size,
+        seed=settings.seed,
+        precision=settings.precision,
+        n_per_prompt=settings.samples_per_prompt,
+        desc="pairs: sampling SFT responses",
+    )
     texts = [t for b in batches for t in b.texts]
     rewards = reward(texts)
     k = settings.samples_per_prompt
     pairs = []
     for i, prompt in enumerate(prompts):
-        pair = select_pair(prompt, texts[i * k:(i + 1) * k], rewards[i * k:(i + 1) * k])
+        pair = select_pair(prompt, texts[i * k : (i + 1) * k], rewards[i * k : (i + 1) * k])
         if pair is not None:
             pairs.append(pair)
     return pairs
 
 
-def load_or_generate_pairs(cache_root: Path, key: dict, make_model, tokenizer, prompts: list[str], reward,
-                           settings: PairSettings) -> tuple[list[Pair], bool, CacheEntry]:
+def load_or_generate_pairs(
+    cache_root: Path, key: dict, make_model, tokenizer, prompts: list[str], reward, settings: PairSettings
+) -> tuple[list[Pair], bool, CacheEntry]:
     """The cached pairs for ``key``, generating (and caching) them on a miss. Returns (pairs, hit, entry).
     ``make_model`` is called only on a miss, so a hit loads no model."""
     entry = CacheEntry(cache_root, "pairs", key)
     if entry.valid():
         rows = [json.loads(line) for line in (entry.path / PAIRS_FILE).read_text().splitlines() if line]
         return [Pair(**r) for r in rows], True, entry
-    log.info("generating DPO pairs: %d prompts x %d samples (cached afterwards at %s)",
-             len(prompts), settings.samples_per_prompt, entry.path)
+    log.info(
+        "generating DPO pairs: %d prompts x %d samples (cached afterwards at %s)",
+        len(prompts),
+        settings.samples_per_prompt,
+        entry.path,
+    )
     pairs = generate_pairs(make_model(), tokenizer, prompts, reward, settings)
     if not pairs:
-        raise RuntimeError("every prompt's samples tied on gold reward: no preference pairs; raise "
-                           "task.samples_per_prompt or task.n_train")
+        raise RuntimeError(
+            "every prompt's samples tied on gold reward: no preference pairs; raise "
+            "task.samples_per_prompt or task.n_train"
+        )
     with entry.build(extra_meta={"n_pairs": len(pairs)}) as tmp:
         with open(tmp / PAIRS_FILE, "w") as f:
             for p in pairs:
@@ -107,11 +123,21 @@ def pairs_for_run(cfg, cache_root: Path, source, tokenizer, train_prompts: list[
     from ablate.models.loading import tokenizer_fingerprint
 
     task = cfg.task
-    settings = PairSettings(samples_per_prompt=task.samples_per_prompt, max_new_tokens=task.max_new_tokens,
-                            temperature=task.temperature, batch_size=task.gen_batch_size, seed=cfg.seed,
-                            precision=value_of(cfg.model.precision))
-    key = pair_key(model_fingerprint=source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-                   settings=settings, prompts=train_prompts, reward_id=reward.ID)
+    settings = PairSettings(
+        samples_per_prompt=task.samples_per_prompt,
+        max_new_tokens=task.max_new_tokens,
+        temperature=task.temperature,
+        batch_size=task.gen_batch_size,
+        seed=cfg.seed,
+        precision=value_of(cfg.model.precision),
+    )
+    key = pair_key(
+        model_fingerprint=source.fingerprint,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        settings=settings,
+        prompts=train_prompts,
+        reward_id=reward.ID,
+    )
     return load_or_generate_pairs(cache_root, key, make_model, tokenizer, train_prompts, reward, settings)
 
 
@@ -119,9 +145,13 @@ def pairs_dataset(pairs):
     """TRL's conversational preference format."""
     from datasets import Dataset
 
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": p.prompt}],
-         "chosen": [{"role": "assistant", "content": p.chosen}],
-         "rejected": [{"role": "assistant", "content": p.rejected}]}
-        for p in pairs
-    ])
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": p.prompt}],
+                "chosen": [{"role": "assistant", "content": p.chosen}],
+                "rejected": [{"role": "assistant", "content": p.rejected}],
+            }
+            for p in pairs
+        ]
+    )

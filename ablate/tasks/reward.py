@@ -29,7 +29,4 @@ class GoldReward:
         if not texts:
             return []
         analyzer = self._get()
-        return [
-            float(analyzer.polarity_scores(t)["compound"]) if t.strip() else 0.0
-            for t in texts
-        ]
+        return [float(analyzer.polarity_scores(t)["compound"]) if t.strip() else 0.0 for t in texts]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["SafetyJudge"]
 

@@ -24,8 +24,16 @@ log = logging.getLogger(__name__)
 
 FINAL = ("finished", "diverged")
 # what a job writes into its folder (Hydra's own .hydra/ and log file belong to the current attempt)
-JOB_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "error.txt", "wandb", "policy",
-             checkpoint.CHECKPOINTS)
+JOB_FILES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "samples.jsonl",
+    "summary.json",
+    "error.txt",
+    "wandb",
+    "policy",
+    checkpoint.CHECKPOINTS,
+)
 
 
 @dataclass

@@ -58,24 +58,24 @@ SUMMARY_DOCS: dict[str, str] = {
     "status": "finished | failed | diverged",
     "steps": "optimiser steps completed",
     "win_rate": "share of evaluation prompts whose policy response beats the SFT model's by gold reward "
-                "(ties count half)",
+    "(ties count half)",
     "win_rate_lo": "95% Wilson interval, lower end (valid but conservative with half ties)",
     "win_rate_hi": "95% Wilson interval, upper end (valid but conservative with half ties)",
     "reward_gold": "mean gold reward (VADER compound) of the policy's evaluation responses",
     "reward_gold_sft": "mean gold reward of the SFT model's responses to the same prompts",
     "reward_proxy": "mean learned (proxy) reward of the policy's responses; NaN when the run trains on gold",
     "kl_true": "true KL: exact KL(policy || full reference) per response token, summed over each sampled "
-               "response and averaged (float64 log-softmax); the judge of truth, whatever the regime",
+    "response and averaged (float64 log-softmax); the judge of truth, whatever the regime",
     "kl_true_k1": "Schulman's k1 estimate of kl_true from the sampled tokens (unbiased, can be negative)",
     "kl_true_k3": "Schulman's k3 estimate of kl_true from the sampled tokens (unbiased, >= 0)",
     "kl_approx": "stand-in divergence: exact KL(policy || the regime's reference) on the same fresh evaluation "
-                 "samples. It is the KL a KL-penalised algorithm (PPO/GRPO) would see; DPO never computes a KL "
-                 "and consumes only sequence log-probs of its training pairs, so for DPO it describes the "
-                 "stand-in, not what training used. NaN where the stand-in has no next-token distribution "
-                 "(cached) or there is none (none)",
+    "samples. It is the KL a KL-penalised algorithm (PPO/GRPO) would see; DPO never computes a KL "
+    "and consumes only sequence log-probs of its training pairs, so for DPO it describes the "
+    "stand-in, not what training used. NaN where the stand-in has no next-token distribution "
+    "(cached) or there is none (none)",
     "kl_abs_err": "|kl_approx - kl_true| (nats per response)",
     "logp_mae": "mean absolute error of the stand-in's per-token log-probs against the full reference's, on the "
-                "policy's evaluation samples",
+    "policy's evaluation samples",
     "logp_rmse": "root-mean-square of the same per-token log-prob error",
     "logp_max_err": "largest absolute per-token log-prob error",
     "ppl": "perplexity of the policy on held-out plain text",
@@ -150,9 +150,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` atomically (temp file + fsync + replace)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-    )
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -284,4 +282,3 @@ class RunFolder:
             return None
         with open(self.summary_path, encoding="utf-8") as fh:
             return json.load(fh)
-

@@ -89,7 +89,7 @@ class WandbLogger:
         """Local run directory (``.../wandb/offline-run-*``); None if disabled or never started."""
         return self._run_dir
 
-    def start(self) -> "WandbLogger":
+    def start(self) -> WandbLogger:
         """Init the run (finishing any other active run in this process)."""
         if self._run is not None:
             return self
@@ -126,9 +126,7 @@ class WandbLogger:
         """Log scalar metrics at ``step``."""
         self._require_run().log(to_python(dict(metrics)), step=int(to_python(step)))
 
-    def log_table(
-        self, key: str, rows: list[Mapping[str, Any]], step: int | None = None
-    ) -> None:
+    def log_table(self, key: str, rows: list[Mapping[str, Any]], step: int | None = None) -> None:
         """Log rows (dicts) as a ``wandb.Table``; missing cells become None."""
         run = self._require_run()
         import wandb
@@ -154,7 +152,7 @@ class WandbLogger:
             self.exit_code = 1 if failed else 0
             run.finish(exit_code=self.exit_code)
 
-    def __enter__(self) -> "WandbLogger":
+    def __enter__(self) -> WandbLogger:
         return self.start()
 
     def __exit__(
@@ -187,16 +185,14 @@ class NullLogger:
     def run_dir(self) -> Path | None:
         return None
 
-    def start(self) -> "NullLogger":
+    def start(self) -> NullLogger:
         self._active = True
         return self
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         pass
 
-    def log_table(
-        self, key: str, rows: list[Mapping[str, Any]], step: int | None = None
-    ) -> None:
+    def log_table(self, key: str, rows: list[Mapping[str, Any]], step: int | None = None) -> None:
         pass
 
     def summary(self, d: Mapping[str, Any]) -> None:
@@ -205,7 +201,7 @@ class NullLogger:
     def finish(self, failed: bool = False) -> None:
         self._active = False
 
-    def __enter__(self) -> "NullLogger":
+    def __enter__(self) -> NullLogger:
         return self.start()
 
     def __exit__(

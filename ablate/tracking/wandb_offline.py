@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 _BLOCK = 32768
 _HEADER = 7
@@ -28,8 +29,8 @@ def _payloads(data: bytes) -> Iterator[bytes]:
         if left < _HEADER:  # block trailer: zero padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + _HEADER])
-        body = data[pos + _HEADER:pos + _HEADER + length]
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
+        body = data[pos + _HEADER : pos + _HEADER + length]
         pos += _HEADER + length
         if kind == 0 and length == 0:  # zero-filled rest of a block
             pos += left - _HEADER

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from ablate.algos.dpo import _dpo_trainer_cls
-from ablate.tasks.pairs import pairs_dataset
 from ablate.models.loading import load_model
 from ablate.refs.full import FullRefConfig, FullReference
-from ablate.tasks.pairs import Pair
+from ablate.tasks.pairs import Pair, pairs_dataset
 
 PAIRS = [
     Pair("Review the film Lucky Harbor.", "A wonderful, joyful film.", "A dull and awful mess.", 0.8, -0.7),
@@ -24,10 +23,23 @@ PAIRS = [
 def _args(tmp_path, precompute: bool):
     from trl import DPOConfig
 
-    return DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=3, learning_rate=1e-3,
-                     logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
-                     gradient_checkpointing=False, seed=0, data_seed=0, precompute_ref_log_probs=precompute,
-                     lr_scheduler_type="constant", disable_tqdm=True)
+    return DPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        data_seed=0,
+        precompute_ref_log_probs=precompute,
+        lr_scheduler_type="constant",
+        disable_tqdm=True,
+    )
 
 
 def _losses(trainer):
@@ -39,13 +51,22 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
     from trl import DPOTrainer
 
     cpu = torch.device("cpu")
-    stock = DPOTrainer(model=load_model(tiny_source, cpu), ref_model=load_model(tiny_source, cpu),
-                       args=_args(tmp_path / "stock", precompute=False), train_dataset=pairs_dataset(PAIRS),
-                       processing_class=tokenizer)
+    stock = DPOTrainer(
+        model=load_model(tiny_source, cpu),
+        ref_model=load_model(tiny_source, cpu),
+        args=_args(tmp_path / "stock", precompute=False),
+        train_dataset=pairs_dataset(PAIRS),
+        processing_class=tokenizer,
+    )
     stock.train()
     reference = FullReference(FullRefConfig(), ref_ctx)
-    ours = _dpo_trainer_cls()(model=load_model(tiny_source, cpu), args=_args(tmp_path / "ours", precompute=True),
-                             train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer, reference=reference)
+    ours = _dpo_trainer_cls()(
+        model=load_model(tiny_source, cpu),
+        args=_args(tmp_path / "ours", precompute=True),
+        train_dataset=pairs_dataset(PAIRS),
+        processing_class=tokenizer,
+        reference=reference,
+    )
     ours.train()
     a, b = _losses(stock), _losses(ours)
     assert len(a) == len(b) == 3
@@ -53,7 +74,7 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
     for x, y in zip(a, b):
         assert math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-5)
     assert b[-1] < b[0]  # it learns
-    for (n1, p1), (n2, p2) in zip(stock.model.named_parameters(), ours.model.named_parameters()):
+    for (n1, p1), (_n2, p2) in zip(stock.model.named_parameters(), ours.model.named_parameters()):
         assert torch.allclose(p1, p2, atol=1e-5), n1
     # the regime was asked once per step, and TRL loaded no reference of its own
     assert reference.cost().forward_calls == 3
@@ -61,18 +82,25 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_cached_regime_trains_like_full_with_zero_reference_forwards(tmp_path, tiny_source, tokenizer, ref_ctx,
-                                                                     cache_root):
+def test_cached_regime_trains_like_full_with_zero_reference_forwards(
+    tmp_path, tiny_source, tokenizer, ref_ctx, cache_root
+):
     from ablate.refs.cached import CachedRefConfig, CachedReference
 
     cpu = torch.device("cpu")
     ref_ctx.cache_root = str(cache_root)
     runs = {}
-    for name, reference in (("full", FullReference(FullRefConfig(), ref_ctx)),
-                            ("cached", CachedReference(CachedRefConfig(miss="error"), ref_ctx))):
-        trainer = _dpo_trainer_cls()(model=load_model(tiny_source, cpu), args=_args(tmp_path / name, precompute=True),
-                                     train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer,
-                                     reference=reference)
+    for name, reference in (
+        ("full", FullReference(FullRefConfig(), ref_ctx)),
+        ("cached", CachedReference(CachedRefConfig(miss="error"), ref_ctx)),
+    ):
+        trainer = _dpo_trainer_cls()(
+            model=load_model(tiny_source, cpu),
+            args=_args(tmp_path / name, precompute=True),
+            train_dataset=pairs_dataset(PAIRS),
+            processing_class=tokenizer,
+            reference=reference,
+        )
         trainer.train()
         runs[name] = (_losses(trainer), reference)
     (full_losses, _), (cached_losses, cached) = runs["full"], runs["cached"]
@@ -87,9 +115,13 @@ def test_cached_regime_trains_like_full_with_zero_reference_forwards(tmp_path, t
 def test_none_regime_uses_no_reference_term(tmp_path, tiny_source, tokenizer, ref_ctx):
     from ablate.refs.none import NoneRefConfig, NoReference
 
-    trainer = _dpo_trainer_cls()(model=load_model(tiny_source, torch.device("cpu")),
-                                 args=_args(tmp_path, precompute=True), train_dataset=pairs_dataset(PAIRS),
-                                 processing_class=tokenizer, reference=NoReference(NoneRefConfig(), ref_ctx))
+    trainer = _dpo_trainer_cls()(
+        model=load_model(tiny_source, torch.device("cpu")),
+        args=_args(tmp_path, precompute=True),
+        train_dataset=pairs_dataset(PAIRS),
+        processing_class=tokenizer,
+        reference=NoReference(NoneRefConfig(), ref_ctx),
+    )
     trainer.train()
     first = trainer.state.log_history[0]
     # with a zero reference the implicit reward is beta * log pi(y): not 0 at step 0, unlike with a reference
@@ -131,8 +163,15 @@ def test_simpo_beta_and_gamma_come_from_the_ref_config_not_algo_beta(tmp_path, r
     from ablate.refs.none import NoReference
     from tests.conftest import typed_config
 
-    cfg = typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", "ref.simpo_beta=2.5",
-                       "ref.simpo_gamma=1.25", "algo.beta=0.1")
+    cfg = typed_config(
+        tmp_path,
+        "model=tiny",
+        "ref=none",
+        "ref.loss=simpo",
+        "ref.simpo_beta=2.5",
+        "ref.simpo_gamma=1.25",
+        "algo.beta=0.1",
+    )
     ref = NoReference(cfg.ref, ref_ctx)
     assert ref.simpo() == SimPOParams(beta=2.5, gamma=1.25)
     args = trl_args(cfg, tmp_path, torch.device("cpu"), ref)
@@ -160,22 +199,45 @@ def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, toke
     from tests.conftest import typed_config
 
     cpu = torch.device("cpu")
-    cfg = typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", "ref.simpo_beta=2.0",
-                       "ref.simpo_gamma=1.0", "algo.beta=0.1", "algo.batch_size=4", "algo.max_steps=1",
-                       "algo.learning_rate=1e-3", "checkpoint.interval=0")
+    cfg = typed_config(
+        tmp_path,
+        "model=tiny",
+        "ref=none",
+        "ref.loss=simpo",
+        "ref.simpo_beta=2.0",
+        "ref.simpo_gamma=1.0",
+        "algo.beta=0.1",
+        "algo.batch_size=4",
+        "algo.max_steps=1",
+        "algo.learning_rate=1e-3",
+        "checkpoint.interval=0",
+    )
     ref = NoReference(cfg.ref, ref_ctx)
     make = _dpo_trainer_cls()
-    trainer = make(model=load_model(tiny_source, cpu), args=trl_args(cfg, tmp_path, cpu, ref),
-                   train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer, reference=ref)
+    trainer = make(
+        model=load_model(tiny_source, cpu),
+        args=trl_args(cfg, tmp_path, cpu, ref),
+        train_dataset=pairs_dataset(PAIRS),
+        processing_class=tokenizer,
+        reference=ref,
+    )
     b = next(iter(trainer.get_train_dataloader()))  # batch_size 4: the first batch holds every pair
     batch = TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
     logps = token_logprobs(load_model(tiny_source, cpu), batch).sum(dim=1)
-    want = simpo_loss(*logps.chunk(2), *completion_lengths(batch.completion_mask),
-                      SimPOParams(beta=2.0, gamma=1.0)).mean().item()
+    want = (
+        simpo_loss(*logps.chunk(2), *completion_lengths(batch.completion_mask), SimPOParams(beta=2.0, gamma=1.0))
+        .mean()
+        .item()
+    )
     trainer.train()
     losses = _losses(trainer)
     assert len(losses) == 1 and losses[0] == pytest.approx(want, rel=1e-4)
     assert want > 1.0  # about -log sigmoid(-gamma) = 1.31 at the start; DPO's beta and no margin give ~log 2
     with pytest.raises(ValueError, match="simpo"):  # arguments that would train another loss are refused
-        make(model=load_model(tiny_source, cpu), args=_args(tmp_path / "stock", precompute=True),
-             train_dataset=pairs_dataset(PAIRS), processing_class=tokenizer, reference=ref)
+        make(
+            model=load_model(tiny_source, cpu),
+            args=_args(tmp_path / "stock", precompute=True),
+            train_dataset=pairs_dataset(PAIRS),
+            processing_class=tokenizer,
+            reference=ref,
+        )

@@ -14,13 +14,26 @@ from ablate.tasks.pairs import Pair
 from ablate.tasks.reward import GoldReward
 from tests.conftest import typed_config
 
-PROMPTS = ["Write a review of Iron Summer.", "Continue: I watched it and", "Review the film Lucky Harbor.",
-           "Continue: the plot was"]
+PROMPTS = [
+    "Write a review of Iron Summer.",
+    "Continue: I watched it and",
+    "Review the film Lucky Harbor.",
+    "Continue: the plot was",
+]
 
 
 def _cfg(tmp_path, *overrides):
-    return typed_config(tmp_path, "model=tiny", "algo=grpo", "algo.max_steps=2", "algo.batch_size=4",
-                        "algo.num_generations=2", "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
+    return typed_config(
+        tmp_path,
+        "model=tiny",
+        "algo=grpo",
+        "algo.max_steps=2",
+        "algo.batch_size=4",
+        "algo.num_generations=2",
+        "task.max_new_tokens=8",
+        "algo.learning_rate=1e-3",
+        *overrides,
+    )
 
 
 def _recorder():
@@ -39,10 +52,17 @@ def _recorder():
 
 def _train(tmp_path, tiny_source, tokenizer, reference, *overrides, recorder=None):
     cfg = _cfg(tmp_path, *overrides)
-    trainer = build_trainer(cfg, policy=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer,
-                            prompts=PROMPTS, reward=GoldReward(), reference=reference,
-                            callbacks=[recorder] if recorder else [],
-                            out_dir=tmp_path, device=torch.device("cpu"))
+    trainer = build_trainer(
+        cfg,
+        policy=load_model(tiny_source, torch.device("cpu")),
+        tokenizer=tokenizer,
+        prompts=PROMPTS,
+        reward=GoldReward(),
+        reference=reference,
+        callbacks=[recorder] if recorder else [],
+        out_dir=tmp_path,
+        device=torch.device("cpu"),
+    )
     trainer.train()
     return trainer
 
@@ -74,8 +94,15 @@ def test_grpo_cached_skip_rows_have_no_kl_term(tmp_path, tiny_source, tokenizer,
             reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
             reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
         rec = _recorder()
-        _train(tmp_path / name, tiny_source, tokenizer, reference, "algo.max_steps=1",
-               f"algo.kl_estimator={'k3' if name == 'none' else name}", recorder=rec)
+        _train(
+            tmp_path / name,
+            tiny_source,
+            tokenizer,
+            reference,
+            "algo.max_steps=1",
+            f"algo.kl_estimator={'k3' if name == 'none' else name}",
+            recorder=rec,
+        )
         runs[name] = (_step_logs(rec), reference)
     base, _ = runs.pop("none")
     for name, (logs, reference) in runs.items():
@@ -98,8 +125,17 @@ def test_grpo_without_reference_has_beta_zero_and_no_calls(tmp_path, tiny_source
 def test_grpo_adaptive_kl_moves_beta(tmp_path, tiny_source, tokenizer, ref_ctx):
     reference = FullReference(FullRefConfig(), ref_ctx)
     rec = _recorder()
-    trainer = _train(tmp_path, tiny_source, tokenizer, reference, "algo.kl_control=adaptive", "algo.kl_target=1.0",
-                     "algo.kl_horizon=10", "algo.max_steps=3", recorder=rec)
+    trainer = _train(
+        tmp_path,
+        tiny_source,
+        tokenizer,
+        reference,
+        "algo.kl_control=adaptive",
+        "algo.kl_target=1.0",
+        "algo.kl_horizon=10",
+        "algo.max_steps=3",
+        recorder=rec,
+    )
     coefs = [h["kl_coef"] for h in rec.logs if "kl" in h]  # the step logs (the last log is the run summary)
     assert len(coefs) == 3 and trainer.beta == coefs[-1]
     # KL far below target: beta shrinks by the clipped 2% per step
@@ -109,8 +145,9 @@ def test_grpo_adaptive_kl_moves_beta(tmp_path, tiny_source, tokenizer, ref_ctx):
 @pytest.mark.filterwarnings("ignore")
 def test_grpo_k1_is_zero_against_an_equal_reference(tmp_path, tiny_source, tokenizer, ref_ctx):
     rec = _recorder()
-    _train(tmp_path, tiny_source, tokenizer, FullReference(FullRefConfig(), ref_ctx), "algo.kl_estimator=k1",
-           recorder=rec)
+    _train(
+        tmp_path, tiny_source, tokenizer, FullReference(FullRefConfig(), ref_ctx), "algo.kl_estimator=k1", recorder=rec
+    )
     logs = _step_logs(rec)
     assert len(logs) == 2 and logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)
     assert logs[0]["rewards/kl_penalty/mean"] == pytest.approx(0.0, abs=1e-5)
@@ -125,8 +162,15 @@ def test_grpo_k1_enters_the_reward_before_group_normalisation(tmp_path, tiny_sou
     runs = {}
     for est in ("k1", "k3"):
         rec = _recorder()
-        trainer = _train(tmp_path / est, tiny_source, tokenizer, TopKReference(TopKRefConfig(k=5), ref_ctx),
-                         f"algo.kl_estimator={est}", "algo.max_steps=1", recorder=rec)
+        trainer = _train(
+            tmp_path / est,
+            tiny_source,
+            tokenizer,
+            TopKReference(TopKRefConfig(k=5), ref_ctx),
+            f"algo.kl_estimator={est}",
+            "algo.max_steps=1",
+            recorder=rec,
+        )
         runs[est] = (_step_logs(rec)[0], trainer._logs)
     (k1, k1_logs), (k3, k3_logs) = runs["k1"], runs["k3"]
     gold = torch.tensor(list(k1_logs["rewards"]["gold"]))
@@ -150,11 +194,18 @@ def test_grpo_k1_penalty_is_one_more_reward_of_weight_one(tmp_path, tiny_source,
     reference = FullReference(FullRefConfig(), ref_ctx)
     names = {}
     for est in ("k1", "k3"):
-        trainer = build_trainer(_cfg(tmp_path / est, f"algo.kl_estimator={est}"),
-                                policy=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer,
-                                prompts=PROMPTS, reward=GoldReward(), reference=reference, callbacks=[],
-                                out_dir=tmp_path / est, device=torch.device("cpu"),
-                                proxy=lambda texts, prompts: [0.0] * len(texts))
+        trainer = build_trainer(
+            _cfg(tmp_path / est, f"algo.kl_estimator={est}"),
+            policy=load_model(tiny_source, torch.device("cpu")),
+            tokenizer=tokenizer,
+            prompts=PROMPTS,
+            reward=GoldReward(),
+            reference=reference,
+            callbacks=[],
+            out_dir=tmp_path / est,
+            device=torch.device("cpu"),
+            proxy=lambda texts, prompts: [0.0] * len(texts),
+        )
         names[est] = dict(zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
     assert names["k1"] == {"proxy_rm": 1.0, "gold": 0.0, "kl_penalty": 1.0}
     assert names["k3"] == {"proxy_rm": 1.0, "gold": 0.0}

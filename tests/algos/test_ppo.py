@@ -12,19 +12,39 @@ from ablate.refs.full import FullRefConfig, FullReference
 from ablate.refs.none import NoneRefConfig, NoReference
 from tests.conftest import typed_config
 
-PROMPTS = ["Write a review of Iron Summer.", "Continue: I watched it and", "Review the film Lucky Harbor.",
-           "Continue: the plot was"]
+PROMPTS = [
+    "Write a review of Iron Summer.",
+    "Continue: I watched it and",
+    "Review the film Lucky Harbor.",
+    "Continue: the plot was",
+]
 
 
 def _cfg(tmp_path, *overrides):
-    return typed_config(tmp_path, "model=tiny", "algo=ppo", "algo.max_steps=2", "algo.batch_size=4",
-                        "algo.minibatch_size=2", "task.max_new_tokens=8", "algo.learning_rate=1e-3", *overrides)
+    return typed_config(
+        tmp_path,
+        "model=tiny",
+        "algo=ppo",
+        "algo.max_steps=2",
+        "algo.batch_size=4",
+        "algo.minibatch_size=2",
+        "task.max_new_tokens=8",
+        "algo.learning_rate=1e-3",
+        *overrides,
+    )
 
 
 def _trainer(tmp_path, tiny_source, tokenizer, reference, score_fn, *overrides):
-    return PPOTrainer(_cfg(tmp_path, *overrides), policy=load_model(tiny_source, torch.device("cpu")),
-                      tokenizer=tokenizer, prompts=PROMPTS, score_fn=score_fn, reference=reference, callbacks=[],
-                      device=torch.device("cpu"))
+    return PPOTrainer(
+        _cfg(tmp_path, *overrides),
+        policy=load_model(tiny_source, torch.device("cpu")),
+        tokenizer=tokenizer,
+        prompts=PROMPTS,
+        score_fn=score_fn,
+        reference=reference,
+        callbacks=[],
+        device=torch.device("cpu"),
+    )
 
 
 def _low_id_share(sb):
@@ -49,8 +69,9 @@ def test_ppo_first_rollout_has_zero_kl_against_full(tmp_path, tiny_source, token
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k3"])
-def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root,
-                                                         estimator):
+def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(
+    tmp_path, tiny_source, tokenizer, ref_ctx, cache_root, estimator
+):
     """Skipped rows: no forwards, and exactly zero penalty and logged KL (not log pi, as a 0 log-prob reads)."""
     from transformers import TrainerCallback
 
@@ -67,9 +88,16 @@ def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(tmp_path, tiny_source, t
     reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
     reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
     rec = Recorder()
-    trainer = PPOTrainer(_cfg(tmp_path, f"algo.kl_estimator={estimator}"),
-                         policy=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer, prompts=PROMPTS,
-                         score_fn=_low_id_share, reference=reference, callbacks=[rec], device=torch.device("cpu"))
+    trainer = PPOTrainer(
+        _cfg(tmp_path, f"algo.kl_estimator={estimator}"),
+        policy=load_model(tiny_source, torch.device("cpu")),
+        tokenizer=tokenizer,
+        prompts=PROMPTS,
+        score_fn=_low_id_share,
+        reference=reference,
+        callbacks=[rec],
+        device=torch.device("cpu"),
+    )
     data = trainer.rollout(1)
     assert torch.equal(data["kl_seq"], torch.zeros_like(data["kl_seq"]))
     trainer.train()
@@ -112,9 +140,19 @@ def test_ppo_raises_the_training_reward(tmp_path, tiny_source, tokenizer, ref_ct
     reference = FullReference(FullRefConfig(), ref_ctx)
     emb = reference.model.get_input_embeddings().weight.detach()
     good = (emb @ torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(0))) > 0
-    trainer = _trainer(tmp_path, tiny_source, tokenizer, reference, _direction_reward(good), "algo.max_steps=10",
-                       "algo.batch_size=8", "algo.minibatch_size=4", "algo.learning_rate=3e-3",
-                       f"algo.kl_estimator={estimator}", "task.max_new_tokens=6")
+    trainer = _trainer(
+        tmp_path,
+        tiny_source,
+        tokenizer,
+        reference,
+        _direction_reward(good),
+        "algo.max_steps=10",
+        "algo.batch_size=8",
+        "algo.minibatch_size=4",
+        "algo.learning_rate=3e-3",
+        f"algo.kl_estimator={estimator}",
+        "task.max_new_tokens=6",
+    )
     batch = trainer.rollout(1)["batch"]
     before = _expected_reward(trainer.model, batch, good)
     trainer.train()

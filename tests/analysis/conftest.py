@@ -16,10 +16,21 @@ def tiny_sweep(tmp_path_factory):
     sweep = root / "sweep"
     fast = [o for o in TINY_FAST if not o.startswith("logger=")]
     # model=hf on a broken folder fails at run time: 2 failed jobs to be listed, never dropped
-    res = run_cli("-m", *fast, "threads=1", "ref=full,int8,none", "seed=0,1", f"hydra.sweep.dir={sweep}",
-                  cwd=root, timeout=900)
+    res = run_cli(
+        "-m", *fast, "threads=1", "ref=full,int8,none", "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=root, timeout=900
+    )
     assert res.returncode == 0, res.stderr[-3000:]
-    res = run_cli("-m", *fast, "threads=1", "model=hf", f"model.name_or_path={garbage}", "ref=full",
-                  "seed=0,1", f"hydra.sweep.dir={sweep}/failing", cwd=root, timeout=900)
+    res = run_cli(
+        "-m",
+        *fast,
+        "threads=1",
+        "model=hf",
+        f"model.name_or_path={garbage}",
+        "ref=full",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}/failing",
+        cwd=root,
+        timeout=900,
+    )
     assert res.returncode == 1
     return sweep

@@ -26,7 +26,8 @@ def test_folders_and_wandb_offline_give_the_same_numbers(tiny_sweep):
     assert len(done) == 6
     for col in ("kl_true", "kl_approx", "win_rate", "reward_gold", "ref_bytes"):
         assert folders.loc[done, col].astype(float).tolist() == pytest.approx(
-            wandb.loc[done, col].astype(float).tolist(), nan_ok=True)
+            wandb.loc[done, col].astype(float).tolist(), nan_ok=True
+        )
 
 
 def test_sweep_command_and_failed_jobs_from_the_folder(tiny_sweep):
@@ -41,9 +42,15 @@ def test_sweep_command_and_failed_jobs_from_the_folder(tiny_sweep):
 def test_conditions_and_regime_labels():
     import pandas as pd
 
-    runs = pd.DataFrame({"regime": ["ema", "ema", "full", "shared"], "cfg.ref.alpha": [0.1, 0.5, None, None],
-                         "cfg.algo.beta": [0.1, 0.1, 0.1, 0.1], "cfg.model.adapter.enabled": [False, False, False, True],
-                         "cfg.seed": [0, 0, 0, 0]})
+    runs = pd.DataFrame(
+        {
+            "regime": ["ema", "ema", "full", "shared"],
+            "cfg.ref.alpha": [0.1, 0.5, None, None],
+            "cfg.algo.beta": [0.1, 0.1, 0.1, 0.1],
+            "cfg.model.adapter.enabled": [False, False, False, True],
+            "cfg.seed": [0, 0, 0, 0],
+        }
+    )
     label_conditions(runs)
     assert list(runs["regime"]) == ["ema(alpha=0.1)", "ema(alpha=0.5)", "full", "shared"]
     assert set(runs["condition"]) == {"all runs"}  # the adapter goes with ref=shared: not a condition

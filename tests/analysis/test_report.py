@@ -10,8 +10,13 @@ from tests.conftest import REPO
 
 def test_report_from_a_tiny_sweep(tiny_sweep, tmp_path):
     out = tmp_path / "report"
-    res = subprocess.run([sys.executable, "-m", "analysis", "report", str(tiny_sweep), "--out", str(out),
-                          "--title", "tiny"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(tiny_sweep), "--out", str(out), "--title", "tiny"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "8 jobs, 2 not finished" in res.stdout
     text = (out / "report.md").read_text()
@@ -36,7 +41,12 @@ def test_report_from_a_tiny_sweep(tiny_sweep, tmp_path):
 
 
 def test_report_on_a_missing_folder_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "nope"), "--out",
-                          str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2
     assert res.stderr.strip() == f"analysis: error: no such folder: {tmp_path / 'nope'}"

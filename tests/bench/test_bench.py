@@ -10,10 +10,26 @@ from tests.conftest import REPO
 
 
 def test_bench_on_tiny(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "ablate.bench", "model=tiny", "threads=1",
-                          "regimes=[full,int8,shared,cached,none]", "trainers=[dpo]", "repeats=2",
-                          "trainer_steps=2", "trainer_rounds=1", "peak_memory=false", f"out={tmp_path}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ablate.bench",
+            "model=tiny",
+            "threads=1",
+            "regimes=[full,int8,shared,cached,none]",
+            "trainers=[dpo]",
+            "repeats=2",
+            "trainer_steps=2",
+            "trainer_rounds=1",
+            "peak_memory=false",
+            f"out={tmp_path}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     csv = pd.read_csv(tmp_path / "tiny.csv").set_index("regime")
     assert list(csv.index) == ["full", "int8", "shared", "cached", "none"]
@@ -22,15 +38,26 @@ def test_bench_on_tiny(tmp_path):
     assert csv.loc["cached", "step_s_vs_full"] < 0.5  # a lookup, not a forward
     assert (csv["step_s"] > 0).all() and csv.loc["cached", "cache_bytes"] > 0
     md = (tmp_path / "tiny.md").read_text()
-    for needle in ("## Targets", "int8 reference bytes / full", "KL audit / one reference forward",
-                   "dpo: harness / stock TRL step time", "fraction of the bf16 matmul ceiling", "GFLOP/s"):
+    for needle in (
+        "## Targets",
+        "int8 reference bytes / full",
+        "KL audit / one reference forward",
+        "dpo: harness / stock TRL step time",
+        "fraction of the bf16 matmul ceiling",
+        "GFLOP/s",
+    ):
         assert needle in md, needle
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ("met" in ln or "missed" in ln)]
     assert len(rows) >= 6
 
 
 def test_bench_bad_regime_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "ablate.bench", "model=tiny", "regimes=[full,int3]"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "ablate.bench", "model=tiny", "regimes=[full,int3]"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "int3" in res.stderr

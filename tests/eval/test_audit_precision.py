@@ -73,13 +73,16 @@ def test_logits_and_their_log_probs_give_the_same_kl() -> None:
     assert torch.allclose(ref, textbook, rtol=1e-12)
 
 
-@pytest.mark.parametrize("x,y,expected", [
-    ([0.0, 0.0, -1000.0], [0.0, 0.0, 0.0], math.log(1.5)),  # p underflows on the third token, q does not
-    ([0.0, -math.inf], [0.0, 0.0], math.log(2.0)),  # q has mass where p is exactly 0
-    ([0.0, 0.0], [0.0, -math.inf], math.inf),  # q is exactly 0 where p is not
-    ([0.0, -math.inf], [0.0, -math.inf], 0.0),
-    ([0.0, -2000.0], [-1000.0, 0.0], 1000.0),  # exp overflows: the log-sum-exp form
-])
+@pytest.mark.parametrize(
+    "x,y,expected",
+    [
+        ([0.0, 0.0, -1000.0], [0.0, 0.0, 0.0], math.log(1.5)),  # p underflows on the third token, q does not
+        ([0.0, -math.inf], [0.0, 0.0], math.log(2.0)),  # q has mass where p is exactly 0
+        ([0.0, 0.0], [0.0, -math.inf], math.inf),  # q is exactly 0 where p is not
+        ([0.0, -math.inf], [0.0, -math.inf], 0.0),
+        ([0.0, -2000.0], [-1000.0, 0.0], 1000.0),  # exp overflows: the log-sum-exp form
+    ],
+)
 def test_edge_supports(x, y, expected) -> None:
     got = kl_from_scores(torch.tensor([x], dtype=torch.float64), torch.tensor([y], dtype=torch.float64)).item()
     assert got == pytest.approx(expected, rel=1e-12)

@@ -20,10 +20,18 @@ from ablate.tasks.safety import SafetyJudge
 @pytest.fixture
 def evaluator(tiny_source, tokenizer):
     cpu = torch.device("cpu")
-    return Evaluator(judge=load_model(tiny_source, cpu), tokenizer=tokenizer, prompts=make_prompts(1, 6, 1)["eval"],
-                     heldout=heldout_texts()[:6], reward=GoldReward(), safety=SafetyJudge(),
-                     eval_cfg=EvalConfig(batch_size=4), task_cfg=TaskConfig(max_new_tokens=12), run_seed=0,
-                     device=cpu)
+    return Evaluator(
+        judge=load_model(tiny_source, cpu),
+        tokenizer=tokenizer,
+        prompts=make_prompts(1, 6, 1)["eval"],
+        heldout=heldout_texts()[:6],
+        reward=GoldReward(),
+        safety=SafetyJudge(),
+        eval_cfg=EvalConfig(batch_size=4),
+        task_cfg=TaskConfig(max_new_tokens=12),
+        run_seed=0,
+        device=cpu,
+    )
 
 
 def test_policy_equal_to_reference_has_zero_kl(evaluator, tiny_source, ref_ctx):
@@ -75,11 +83,18 @@ def _run_evaluator(tmp_path, tiny_source, tokenizer, *overrides):
     from ablate.pipeline import make_evaluator
     from tests.conftest import typed_config
 
-    cfg = typed_config(tmp_path, "model=tiny", "task.n_eval=4", "task.max_new_tokens=8", "eval.batch_size=4",
-                       *overrides)
-    return make_evaluator(cfg, judge=load_model(tiny_source, torch.device("cpu")), tokenizer=tokenizer,
-                          prompts=make_prompts(1, 4, 1)["eval"], reward=GoldReward(), safety=SafetyJudge(),
-                          device=torch.device("cpu"))
+    cfg = typed_config(
+        tmp_path, "model=tiny", "task.n_eval=4", "task.max_new_tokens=8", "eval.batch_size=4", *overrides
+    )
+    return make_evaluator(
+        cfg,
+        judge=load_model(tiny_source, torch.device("cpu")),
+        tokenizer=tokenizer,
+        prompts=make_prompts(1, 4, 1)["eval"],
+        reward=GoldReward(),
+        safety=SafetyJudge(),
+        device=torch.device("cpu"),
+    )
 
 
 def _bf16_sensitive_policy(tiny_source):
@@ -107,8 +122,20 @@ def test_evaluation_samples_are_drawn_in_eval_precision_not_the_policys(tmp_path
     got = [s["policy_response"] for s in res.samples]
 
     def texts(precision):
-        return [t for b in sample(policy, tokenizer, ev.prompts, max_new_tokens=8, temperature=ev.task.temperature,
-                                  batch_size=4, seed=ev.seed, precision=precision) for t in b.texts]
+        return [
+            t
+            for b in sample(
+                policy,
+                tokenizer,
+                ev.prompts,
+                max_new_tokens=8,
+                temperature=ev.task.temperature,
+                batch_size=4,
+                seed=ev.seed,
+                precision=precision,
+            )
+            for t in b.texts
+        ]
 
     assert got == texts("fp32")
     assert got != texts("bf16")

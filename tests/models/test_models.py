@@ -28,7 +28,8 @@ def test_tiny_dimensions_are_multiples_of_32(tiny_model):
 def test_tokenizer_is_smollm2s_with_chat_template(tokenizer):
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id
     assert "<|im_start|>assistant" in tokenizer.apply_chat_template(
-        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     fp = tokenizer_fingerprint(tokenizer)
     old = tokenizer.chat_template
     tokenizer.chat_template = old + " "

@@ -10,9 +10,19 @@ import torch
 from ablate.errors import ConfigError
 from ablate.refs import REGISTRY
 from ablate.refs.base import RefContext, module_bytes
-from ablate.refs.distilled import (DistilledRefConfig, DistilledReference, cache_key, heldout_kl, init_student,
-                                   n_params, render_texts, resolve_num_layers, select_layers, split_heldout,
-                                   tokenize_texts)
+from ablate.refs.distilled import (
+    DistilledRefConfig,
+    DistilledReference,
+    cache_key,
+    heldout_kl,
+    init_student,
+    n_params,
+    render_texts,
+    resolve_num_layers,
+    select_layers,
+    split_heldout,
+    tokenize_texts,
+)
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.pairs import Pair
 from tests.conftest import compose, token_batch
@@ -71,9 +81,16 @@ def ctx(source4, tok, loads, tmp_path_factory):
         loads.append(kw)
         return load_model(source4, CPU, **kw)
 
-    return RefContext(config=None, model_dir=str(source4.path), model_fingerprint=source4.fingerprint, tokenizer=tok,
-                      device=CPU, load_model=counting_load, train_data=PAIRS,
-                      cache_root=str(tmp_path_factory.mktemp("distilled_cache")))
+    return RefContext(
+        config=None,
+        model_dir=str(source4.path),
+        model_fingerprint=source4.fingerprint,
+        tokenizer=tok,
+        device=CPU,
+        load_model=counting_load,
+        train_data=PAIRS,
+        cache_root=str(tmp_path_factory.mktemp("distilled_cache")),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +120,21 @@ def test_registered_and_yaml_matches_schema_defaults():
     assert OmegaConf.to_object(compose("ref=distilled").ref) == DistilledRefConfig()
 
 
-@pytest.mark.parametrize("field, value", [
-    ("param_fraction", 0.0), ("param_fraction", 1.5), ("steps", 0), ("num_layers", 0), ("batch_size", 0),
-    ("learning_rate", 0.0), ("max_length", 4), ("seed", -1), ("heldout_fraction", 0.0), ("heldout_fraction", 1.0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("param_fraction", 0.0),
+        ("param_fraction", 1.5),
+        ("steps", 0),
+        ("num_layers", 0),
+        ("batch_size", 0),
+        ("learning_rate", 0.0),
+        ("max_length", 4),
+        ("seed", -1),
+        ("heldout_fraction", 0.0),
+        ("heldout_fraction", 1.0),
+    ],
+)
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"^ref\.{field} must"):
         DistilledRefConfig(**{field: value})

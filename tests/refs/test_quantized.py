@@ -18,9 +18,16 @@ from ablate.refs.nf4 import Nf4RefConfig, Nf4Reference
 from ablate.refs.quantized import real_span
 from tests.conftest import token_batch
 
-PROMPTS = ["Review the film:", "Continue: I watched it and", "Write a review of Iron Summer, a film about a long summer."]
-RESPONSES = ["It was a wonderful, moving story.", "regretted every minute",
-             "Great acting, lovely score. I would watch it again and again."]
+PROMPTS = [
+    "Review the film:",
+    "Continue: I watched it and",
+    "Write a review of Iron Summer, a film about a long summer.",
+]
+RESPONSES = [
+    "It was a wonderful, moving story.",
+    "regretted every minute",
+    "Great acting, lovely score. I would watch it again and again.",
+]
 
 CASES = {
     "int8-low-threshold-fp32": (Int8Reference, Int8RefConfig(threshold=2.0), "fp32"),
@@ -36,7 +43,7 @@ def left_padded(batch: TokenBatch, pad_id: int) -> TokenBatch:
         n = int(batch.attention_mask[i].sum())
         for t, src in ((ids, batch.input_ids), (att, batch.attention_mask), (comp, batch.completion_mask)):
             t[i] = torch.cat([src[i, n:], src[i, :n]])
-        ids[i, :ids.shape[1] - n] = pad_id
+        ids[i, : ids.shape[1] - n] = pad_id
     return TokenBatch(ids, att, comp)
 
 
@@ -61,11 +68,11 @@ def test_each_row_scores_as_if_alone_whatever_its_batch_and_padding(ref_ctx, tok
         assert lp.shape == batch.input_ids[:, 1:].shape and dist.shape[:2] == lp.shape
         for i in range(len(PROMPTS)):
             start, end = real_span(batch.attention_mask[i])
-            lp1, dist1 = scores(ref, token_batch(tokenizer, PROMPTS[i:i + 1], RESPONSES[i:i + 1]), precision)
-            assert torch.equal(lp[i, start:end - 1], lp1[0]), f"row {i}: log-probs depend on the batch"
-            assert torch.equal(dist[i, start:end - 1], dist1[0]), f"row {i}: distribution depends on the batch"
+            lp1, dist1 = scores(ref, token_batch(tokenizer, PROMPTS[i : i + 1], RESPONSES[i : i + 1]), precision)
+            assert torch.equal(lp[i, start : end - 1], lp1[0]), f"row {i}: log-probs depend on the batch"
+            assert torch.equal(dist[i, start : end - 1], dist1[0]), f"row {i}: distribution depends on the batch"
             pad = torch.ones(lp.shape[1], dtype=torch.bool)
-            pad[start:end - 1] = False
+            pad[start : end - 1] = False
             assert torch.count_nonzero(lp[i, pad]) == 0 and torch.count_nonzero(dist[i, pad]) == 0
 
 

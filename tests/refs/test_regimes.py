@@ -118,7 +118,9 @@ def test_none_gives_zero_reference_log_ratio(ref_ctx, batch):
     assert torch.count_nonzero(ref.logprobs(batch)) == 0
     assert ref.dpo_loss_types("sigmoid") == (["sigmoid"], None)
     assert NoReference(NoneRefConfig(loss="simpo", sft_weight=0.5), ref_ctx).dpo_loss_types("sigmoid") == (
-        ["sigmoid_norm", "sft"], [1.0, 0.5])
+        ["sigmoid_norm", "sft"],
+        [1.0, 0.5],
+    )
 
 
 def test_none_l2_to_initial_weights(ref_ctx, tiny_source):
@@ -134,8 +136,14 @@ def test_none_l2_to_initial_weights(ref_ctx, tiny_source):
 
 # ------------------------------------------------------------------------------ quantised
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("cls,cfg", [(Int8Reference, Int8RefConfig()), (Nf4Reference, Nf4RefConfig()),
-                                     (Nf4Reference, Nf4RefConfig(quant_type="fp4", double_quant=True))])
+@pytest.mark.parametrize(
+    "cls,cfg",
+    [
+        (Int8Reference, Int8RefConfig()),
+        (Nf4Reference, Nf4RefConfig()),
+        (Nf4Reference, Nf4RefConfig(quant_type="fp4", double_quant=True)),
+    ],
+)
 def test_quantised_differ_from_full_by_a_small_nonzero_amount(ref_ctx, full, batch, cls, cfg):
     ref = cls(cfg, ref_ctx)
     d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask].abs()
@@ -171,8 +179,11 @@ def test_shared_is_the_policy_without_its_adapter(ref_ctx, full, batch, tiny_sou
     from ablate.refs.model_backed import next_token_logprobs
 
     moved = next_token_logprobs(policy.eval(), batch)
-    assert not torch.allclose(gather_token_logprobs(moved, batch.input_ids[:, 1:])[batch.target_mask],
-                              full.logprobs(batch)[batch.target_mask], atol=1e-3)
+    assert not torch.allclose(
+        gather_token_logprobs(moved, batch.input_ids[:, 1:])[batch.target_mask],
+        full.logprobs(batch)[batch.target_mask],
+        atol=1e-3,
+    )
 
 
 # ---------------------------------------------------------------------------------- cached

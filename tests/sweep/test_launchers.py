@@ -52,9 +52,18 @@ def test_joblib_sweep_then_a_rerun_does_no_training(tmp_path):
 def test_submitit_local_sweep(tmp_path):
     pytest.importorskip("submitit")
     sweep = tmp_path / "sweep_submitit"
-    res = run_cli("-m", *FAST, *SIX, "hydra/launcher=submitit", "hydra.launcher.cpus_per_task=1",
-                  "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=15", f"hydra.sweep.dir={sweep}",
-                  cwd=tmp_path, timeout=900)
+    res = run_cli(
+        "-m",
+        *FAST,
+        *SIX,
+        "hydra/launcher=submitit",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=2",
+        "hydra.launcher.timeout_min=15",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=900,
+    )
     _check_six(sweep, res)
 
 
@@ -63,8 +72,16 @@ def test_failed_and_diverged_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     garbage.mkdir()
     (garbage / "config.json").write_text("{ not json")
     sweep = tmp_path / "sweep_faults"
-    res = run_cli("-m", *FAST, "model=tiny,hf", f"model.name_or_path={garbage}", "divergence.max_kl=1e-9,null",
-                  f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=900)
+    res = run_cli(
+        "-m",
+        *FAST,
+        "model=tiny,hf",
+        f"model.name_or_path={garbage}",
+        "divergence.max_kl=1e-9,null",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert res.returncode == 1
     assert _final_line(res).endswith("4 jobs: 1 finished, 2 failed, 1 diverged, 0 unfinished")
     assert re.search(r"diverged: .*model=tiny.*\(true KL .* > divergence.max_kl=1e-09 at step 2\)", res.stdout)

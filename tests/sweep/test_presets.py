@@ -67,7 +67,8 @@ def test_unknown_preset_is_one_line(tmp_path):
     res = run_cli("-m", "+sweep=nope", "model=tiny", cwd=tmp_path, timeout=120)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "ablate: error: unknown sweep 'nope' (choose from: " + ", ".join(NAMES) + ")"]
+        "ablate: error: unknown sweep 'nope' (choose from: " + ", ".join(NAMES) + ")"
+    ]
 
 
 def test_workers_respect_cores_and_memory():

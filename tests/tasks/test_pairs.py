@@ -12,8 +12,9 @@ from ablate.tasks.pairs import PAIRS_FILE, PairSettings, load_or_generate_pairs,
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 
-SETTINGS = PairSettings(samples_per_prompt=4, max_new_tokens=16, temperature=1.0, batch_size=8, seed=0,
-                        precision="fp32")
+SETTINGS = PairSettings(
+    samples_per_prompt=4, max_new_tokens=16, temperature=1.0, batch_size=8, seed=0, precision="fp32"
+)
 
 
 def test_select_pair_best_vs_worst_and_skips_ties():
@@ -31,8 +32,13 @@ def pair_inputs(tiny_source, tokenizer):
         calls.append(1)
         return load_model(tiny_source, torch.device("cpu"))
 
-    key = pair_key(model_fingerprint=tiny_source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-                   settings=SETTINGS, prompts=prompts, reward_id=GoldReward.ID)
+    key = pair_key(
+        model_fingerprint=tiny_source.fingerprint,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        settings=SETTINGS,
+        prompts=prompts,
+        reward_id=GoldReward.ID,
+    )
     return prompts, make_model, calls, key
 
 
@@ -53,12 +59,18 @@ def test_generation_is_deterministic(tmp_path, tokenizer, pair_inputs):
     assert a == b and calls == [1, 1]
 
 
-@pytest.mark.parametrize("change", ["seed", "max_new_tokens", "temperature", "samples_per_prompt", "model",
-                                    "tokenizer", "prompts", "reward"])
+@pytest.mark.parametrize(
+    "change", ["seed", "max_new_tokens", "temperature", "samples_per_prompt", "model", "tokenizer", "prompts", "reward"]
+)
 def test_any_input_change_is_a_cache_miss(tmp_path, tokenizer, tiny_source, change):
     prompts = make_prompts(6, 1, 1)["train"]
-    base = dict(model_fingerprint=tiny_source.fingerprint, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-                settings=SETTINGS, prompts=prompts, reward_id=GoldReward.ID)
+    base = dict(
+        model_fingerprint=tiny_source.fingerprint,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        settings=SETTINGS,
+        prompts=prompts,
+        reward_id=GoldReward.ID,
+    )
     changed = dict(base)
     if change in ("seed", "max_new_tokens", "temperature", "samples_per_prompt"):
         value = {"seed": 1, "max_new_tokens": 17, "temperature": 0.9, "samples_per_prompt": 5}[change]

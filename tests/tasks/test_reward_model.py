@@ -21,8 +21,16 @@ PAIRS = [
 @pytest.mark.filterwarnings("ignore")
 def test_reward_model_learns_the_preferences_and_is_cached(tmp_path, tiny_source, tokenizer):
     cfg = RewardModelConfig(epochs=4, learning_rate=1e-3, batch_size=4, seed=0)
-    kw = dict(source=tiny_source, tokenizer=tokenizer, pairs=PAIRS, cfg=cfg, cache_root=tmp_path,
-              device=torch.device("cpu"), precision="fp32", tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+    kw = dict(
+        source=tiny_source,
+        tokenizer=tokenizer,
+        pairs=PAIRS,
+        cfg=cfg,
+        cache_root=tmp_path,
+        device=torch.device("cpu"),
+        precision="fp32",
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+    )
     rm = train_or_load(**kw)
     prompts = [p.prompt for p in PAIRS]
     chosen = rm([p.chosen for p in PAIRS], prompts)

@@ -14,19 +14,32 @@ import pytest
 
 from tests.conftest import REPO
 
-BASE = ["model=tiny", "algo.max_steps=6", "eval.interval=3", "task.n_train=8", "task.n_eval=4",
-        "task.max_new_tokens=12", "algo.batch_size=2", "logger=none", "threads=1", "checkpoint.interval=2"]
+BASE = [
+    "model=tiny",
+    "algo.max_steps=6",
+    "eval.interval=3",
+    "task.n_train=8",
+    "task.n_eval=4",
+    "task.max_new_tokens=12",
+    "algo.batch_size=2",
+    "logger=none",
+    "threads=1",
+    "checkpoint.interval=2",
+]
 ALGOS = {  # each with a reference or controller whose state must survive the restart
     "dpo": ["algo=dpo", "ref=ema", "ref.tau=1", "algo.learning_rate=1e-3"],
-    "grpo": ["algo=grpo", "ref=full", "algo.num_generations=2", "algo.kl_control=adaptive",
-             "algo.learning_rate=1e-3"],
+    "grpo": ["algo=grpo", "ref=full", "algo.num_generations=2", "algo.kl_control=adaptive", "algo.learning_rate=1e-3"],
     "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
 }
 # wall-clock figures differ between any two runs; everything else must not
 TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second", "peak_rss")
-OTHER = ("pairs_cache_hit", "resumed_from_step", "provenance",
-         # the HF Trainer's end-of-training average loss covers the steps of the last attempt only
-         "train/train_loss")
+OTHER = (
+    "pairs_cache_hit",
+    "resumed_from_step",
+    "provenance",
+    # the HF Trainer's end-of-training average loss covers the steps of the last attempt only
+    "train/train_loss",
+)
 
 
 def _kept(key: str) -> bool:
@@ -63,8 +76,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     overrides = ALGOS[algo]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _run(whole, *overrides)
-    proc = subprocess.Popen(_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not list(killed.glob("checkpoints/checkpoint-*/ablate_state.json")):
         assert proc.poll() is None, "the job ended before its first checkpoint"

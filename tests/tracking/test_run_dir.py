@@ -30,16 +30,29 @@ def _summary(**overrides: object) -> dict[str, object]:
 
 def test_summary_keys_exact() -> None:
     assert SUMMARY_KEYS == (
-        "status", "steps", "win_rate", "win_rate_lo", "win_rate_hi", "reward_gold",
-        "kl_true", "kl_approx", "kl_abs_err", "ppl", "length", "rep_2",
-        "distinct_2", "unsafe_rate", "ref_bytes", "ref_ms_per_step", "wall_s",
+        "status",
+        "steps",
+        "win_rate",
+        "win_rate_lo",
+        "win_rate_hi",
+        "reward_gold",
+        "kl_true",
+        "kl_approx",
+        "kl_abs_err",
+        "ppl",
+        "length",
+        "rep_2",
+        "distinct_2",
+        "unsafe_rate",
+        "ref_bytes",
+        "ref_ms_per_step",
+        "wall_s",
     )
     assert STATUSES == ("finished", "failed", "diverged")
 
 
 def test_every_summary_key_is_documented() -> None:
     from ablate.run import SUMMARY_FROM_METRICS
-
     from ablate.tracking.run_dir import SUMMARY_DOCS
 
     assert set(SUMMARY_KEYS) | set(SUMMARY_FROM_METRICS) <= set(SUMMARY_DOCS)

@@ -58,8 +58,13 @@ def _exit_code(wandb_file: Path, timeout: float = 5.0) -> int | None:
 
 def test_offline_run_lifecycle(tmp_path: Path) -> None:
     log = WandbLogger(
-        project="ablate-test", group="g", job_type="train", name="r1",
-        tags=["t"], dir=tmp_path / "wb", config={"lr": np.float32(0.5), "model": {"n": 2}},
+        project="ablate-test",
+        group="g",
+        job_type="train",
+        name="r1",
+        tags=["t"],
+        dir=tmp_path / "wb",
+        config={"lr": np.float32(0.5), "model": {"n": 2}},
     )
     assert log.run_dir is None and not log.active
     log.start()
