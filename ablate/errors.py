@@ -107,11 +107,6 @@ def _wrong_type(text: str) -> str | None:
     return None
 
 
-def _not_in_enum(text: str) -> str | None:
-    m = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", text)
-    return f"{_key(text) or 'a value'}: {m.group(1)!r} is not one of {m.group(2)}" if m else None
-
-
 def _group_list(text: str) -> str | None:
     """``ref=[full,int8]``: Hydra merges the listed options and fails on their schemas."""
     m = re.search(r"In 'schema/(\w+)/[^']*': ValidationError raised while composing", text)
@@ -154,7 +149,6 @@ _RULES = (
     _unknown_key,
     _list_for_scalar,
     _wrong_type,
-    _not_in_enum,
     _group_list,
     _sweep_without_m,
     _plus_on_existing,

@@ -33,7 +33,7 @@ def tiny_source(cache_root):
     from ablate.config import TinyModelConfig
     from ablate.models.loading import resolve_source
 
-    return resolve_source(TinyModelConfig(name="tiny"), cache_root)
+    return resolve_source(TinyModelConfig(), cache_root)
 
 
 @pytest.fixture(scope="session")
@@ -53,29 +53,17 @@ def tiny_model(tiny_source):
 
 
 def compose(*overrides: str):
-    """A composed, typed config (as Hydra would build it for ``python -m ablate <overrides>``)."""
-    from hydra import compose as hcompose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """The composed config before it is typed (as Hydra hands it to ``python -m ablate <overrides>``)."""
+    from ablate.compose import compose_raw
 
-    from ablate.config import register_configs
-    from ablate.paths import config_dir
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="test"):
-        cfg = hcompose(config_name="config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+    return compose_raw(*overrides)
 
 
 def typed_config(out_dir, *overrides: str):
-    """The typed config objects (``OmegaConf.to_object``) for ``overrides``, writing to ``out_dir``."""
-    from omegaconf import OmegaConf
+    """The typed config objects for ``overrides``, writing to ``out_dir``."""
+    from ablate.compose import compose as compose_typed
 
-    raw = compose(*overrides)
-    raw.out_dir = str(out_dir)
-    return OmegaConf.to_object(raw)
+    return compose_typed(*overrides, out_dir=out_dir)
 
 
 TINY_FAST = [
@@ -109,7 +97,6 @@ def ref_ctx(tiny_source, tokenizer):
 
     cpu = torch.device("cpu")
     return RefContext(
-        config=None,
         model_dir=str(tiny_source.path),
         model_fingerprint=tiny_source.fingerprint,
         tokenizer=tokenizer,

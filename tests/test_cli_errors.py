@@ -47,9 +47,15 @@ BAD = [
     (["algo.max_steps=1.5"], "algo.max_steps: '1.5' is not a valid Integer"),
     (["seed=abc"], "seed: 'abc' is not a valid Integer"),
     (["save_policy=maybe"], "save_policy: 'maybe' is not a valid bool (true or false)"),
-    (["model.precision=fp16"], "model.precision: 'fp16' is not one of bf16, fp32"),
-    (["algo=grpo", "algo.kl_estimator=k2"], "algo.kl_estimator: 'k2' is not one of k3, k1"),
-    (["logger.mode=sometimes"], "logger.mode: 'sometimes' is not one of offline, online, disabled"),
+    # string choices (a Literal each): every choice named
+    (["model.precision=fp16"], "model.precision must be one of bf16, fp32, got 'fp16'"),
+    (["eval.precision=fp16"], "eval.precision must be one of bf16, fp32, got 'fp16'"),
+    (["algo.loss_type=orpo"], "algo.loss_type must be one of sigmoid, ipo, hinge, got 'orpo'"),
+    (["algo=grpo", "algo.kl_estimator=k2"], "algo.kl_estimator must be one of k3, k1, got 'k2'"),
+    (["algo=ppo", "algo.kl_control=pid"], "algo.kl_control must be one of fixed, adaptive, got 'pid'"),
+    (["algo=grpo", "algo.reward=silver"], "algo.reward must be one of gold, learned, got 'silver'"),
+    (["logger.mode=sometimes"], "logger.mode must be one of offline, online, disabled, got 'sometimes'"),
+    (["ref=nf4", "ref.compute_dtype=fp16"], "ref.compute_dtype must be one of bf16, fp32, got 'fp16'"),
     (["model=tiny", "model.adapter.target_modules=q_proj"], "model.adapter.target_modules takes a list"),
     (["model.name_or_path=~/x"], "cannot parse the command line at 'model.name_or_path=~/x': quote a value"),
     # out-of-range values

@@ -1,5 +1,5 @@
 """The benchmark's typed config (``conf/bench.yaml``): the model, task and algorithm groups of a run, plus
-what to measure."""
+what to measure; and the run config each benchmarked regime would train with."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from ablate.config import _check
+from ablate.compose import compose, hydra_session
+from ablate.config import require
 
 ALL_REGIMES = ["full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none"]
+RUN_KEYS = ("model", "task", "algo", "seed")  # the bench's overrides that apply to the benchmarked runs
 
 
 @dataclass
@@ -34,19 +36,40 @@ class BenchConfig:
 
         for r in self.regimes:
             regime_class(r)  # unknown regime: one clear error
-        _check(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
-        _check(
+        require(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
+        require(
             self.trainer_steps >= 2,
             f"trainer_steps must be >= 2 (the first step is not timed), got {self.trainer_steps}",
         )
-        _check(self.trainer_rounds >= 1, f"trainer_rounds must be >= 1, got {self.trainer_rounds}")
-        _check(set(self.trainers) <= {"dpo", "grpo"}, f"trainers must be among dpo, grpo, got {self.trainers}")
+        require(self.trainer_rounds >= 1, f"trainer_rounds must be >= 1, got {self.trainer_rounds}")
+        require(set(self.trainers) <= {"dpo", "grpo"}, f"trainers must be among dpo, grpo, got {self.trainers}")
 
 
 def register() -> None:
+    """Store the bench's schema (``bench_schema``) next to the run's."""
     from hydra.core.config_store import ConfigStore
 
-    from ablate.config import register_configs
+    from ablate.compose import register_configs
 
     register_configs()
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+
+
+def compose_bench(overrides: list[str]) -> BenchConfig:
+    """The bench's typed config for ``python -m ablate.bench <overrides>``."""
+    register()
+    return compose(*overrides, config_name="bench")
+
+
+def run_configs(regimes: list[str], overrides: list[str]) -> dict:
+    """The validated run config each regime would train with (the bench's model/task/algo/seed overrides
+    applied), by regime."""
+    from ablate.config import validate
+
+    keep = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] in RUN_KEYS]
+    out = {}
+    with hydra_session():
+        for r in regimes:
+            out[r] = compose(*keep, f"ref={r}", "logger=none", "checkpoint.interval=0")
+            validate(out[r])
+    return out

@@ -8,13 +8,12 @@ from contextlib import contextmanager
 import torch
 
 
-def is_bf16(precision) -> bool:
-    from ablate.config import value_of
+def is_bf16(precision: str) -> bool:
+    """Whether ``precision`` (``model.precision``, ``eval.precision``: bf16 | fp32) asks for bf16 autocast."""
+    return precision == "bf16"
 
-    return value_of(precision) == "bf16"
 
-
-def autocast(device: torch.device, precision):
+def autocast(device: torch.device, precision: str):
     """bf16 autocast when asked for; for fp32 an autocast-disabled context (so an outer bf16 one is undone)."""
     if is_bf16(precision):
         return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate.cache import CacheEntry
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.errors import ConfigError
 from ablate.refs.base import RefContext, register
 from ablate.refs.model_backed import ModelReference, freeze
@@ -55,17 +55,17 @@ class DistilledRefConfig(RefConfig):
     heldout_fraction: float = 0.2  # share of the sequences kept out of training to measure the student's KL
 
     def __post_init__(self) -> None:
-        _check(
+        require(
             self.num_layers is None or self.num_layers >= 1,
             f"ref.num_layers must be >= 1 (or null for param_fraction), got {self.num_layers}",
         )
-        _check(0.0 < self.param_fraction <= 1.0, f"ref.param_fraction must be in (0, 1], got {self.param_fraction}")
-        _check(self.steps >= 1, f"ref.steps must be >= 1, got {self.steps}")
-        _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
-        _check(0.0 < self.learning_rate < 1.0, f"ref.learning_rate must be in (0, 1), got {self.learning_rate}")
-        _check(self.max_length >= 8, f"ref.max_length must be >= 8, got {self.max_length}")
-        _check(self.seed >= 0, f"ref.seed must be >= 0, got {self.seed}")
-        _check(
+        require(0.0 < self.param_fraction <= 1.0, f"ref.param_fraction must be in (0, 1], got {self.param_fraction}")
+        require(self.steps >= 1, f"ref.steps must be >= 1, got {self.steps}")
+        require(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
+        require(0.0 < self.learning_rate < 1.0, f"ref.learning_rate must be in (0, 1), got {self.learning_rate}")
+        require(self.max_length >= 8, f"ref.max_length must be >= 8, got {self.max_length}")
+        require(self.seed >= 0, f"ref.seed must be >= 0, got {self.seed}")
+        require(
             0.0 < self.heldout_fraction < 1.0, f"ref.heldout_fraction must be in (0, 1), got {self.heldout_fraction}"
         )
 
@@ -101,7 +101,7 @@ def resolve_num_layers(cfg: DistilledRefConfig, teacher: torch.nn.Module) -> int
     if n_teacher == 0:
         raise ConfigError("ref=distilled: the SFT model has no recognisable decoder layers (*.layers.<i>.*)")
     if cfg.num_layers is not None:
-        _check(
+        require(
             cfg.num_layers <= n_teacher,
             f"ref.num_layers must be <= the SFT model's {n_teacher} layers, got {cfg.num_layers}",
         )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.errors import ConfigError
 from ablate.refs.base import register
 from ablate.refs.model_backed import ModelReference
@@ -21,8 +21,8 @@ class EmaRefConfig(RefConfig):
     tau: int = 10  # update every tau optimiser steps
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.alpha <= 1.0, f"ref.alpha must be in [0, 1], got {self.alpha}")
-        _check(self.tau >= 1, f"ref.tau must be >= 1, got {self.tau}")
+        require(0.0 <= self.alpha <= 1.0, f"ref.alpha must be in [0, 1], got {self.alpha}")
+        require(self.tau >= 1, f"ref.tau must be >= 1, got {self.tau}")
 
 
 def _policy_params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.refs.base import register
 from ablate.refs.quantized import QuantizedReference
 
@@ -19,7 +19,7 @@ class Int8RefConfig(RefConfig):
     threshold: float = 6.0  # LLM.int8() outlier threshold; 0 disables the mixed-precision decomposition
 
     def __post_init__(self) -> None:
-        _check(self.threshold >= 0, f"ref.threshold must be >= 0, got {self.threshold}")
+        require(self.threshold >= 0, f"ref.threshold must be >= 0, got {self.threshold}")
 
 
 @register("int8", Int8RefConfig)

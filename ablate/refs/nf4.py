@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.config import Precision, RefConfig, _check, value_of
+from ablate.config import Precision, RefConfig, require, require_choice
 from ablate.refs.base import register
 from ablate.refs.quantized import QuantizedReference
 
@@ -20,10 +20,11 @@ class Nf4RefConfig(RefConfig):
     name: str = "nf4"
     quant_type: str = "nf4"  # nf4 | fp4
     double_quant: bool = False  # also quantise the quantisation constants
-    compute_dtype: Precision = Precision.bf16  # dtype of the dequantised matmuls
+    compute_dtype: str = "bf16"  # Precision: dtype of the dequantised matmuls
 
     def __post_init__(self) -> None:
-        _check(self.quant_type in ("nf4", "fp4"), f"ref.quant_type must be nf4 or fp4, got {self.quant_type!r}")
+        require(self.quant_type in ("nf4", "fp4"), f"ref.quant_type must be nf4 or fp4, got {self.quant_type!r}")
+        require_choice("ref.compute_dtype", self.compute_dtype, Precision)
 
 
 @register("nf4", Nf4RefConfig)
@@ -31,7 +32,7 @@ class Nf4Reference(QuantizedReference):
     def quantization_config(self):
         from transformers import BitsAndBytesConfig
 
-        dtype = torch.bfloat16 if value_of(self.cfg.compute_dtype) == "bf16" else torch.float32
+        dtype = torch.bfloat16 if self.cfg.compute_dtype == "bf16" else torch.float32
         return BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type=self.cfg.quant_type,

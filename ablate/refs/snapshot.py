@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.refs.base import register
 from ablate.refs.ema import EmaReference
 
@@ -17,7 +17,7 @@ class SnapshotRefConfig(RefConfig):
     tau: int = 20
 
     def __post_init__(self) -> None:
-        _check(self.tau >= 1, f"ref.tau must be >= 1, got {self.tau}")
+        require(self.tau >= 1, f"ref.tau must be >= 1, got {self.tau}")
 
 
 @register("snapshot", SnapshotRefConfig)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.refs.base import TokenBatch, register
 from ablate.refs.model_backed import ModelReference, next_token_logits
 
@@ -31,9 +31,9 @@ class TopKRefConfig(RefConfig):
     tail_floor: float = 1e-10  # renorm: probability given to each token outside the top-k
 
     def __post_init__(self) -> None:
-        _check(self.k >= 1, f"ref.k must be >= 1, got {self.k}")
-        _check(self.tail in ("bucket", "renorm"), f"ref.tail must be bucket or renorm, got {self.tail!r}")
-        _check(0.0 < self.tail_floor < 1e-3, f"ref.tail_floor must be in (0, 1e-3), got {self.tail_floor}")
+        require(self.k >= 1, f"ref.k must be >= 1, got {self.k}")
+        require(self.tail in ("bucket", "renorm"), f"ref.tail must be bucket or renorm, got {self.tail!r}")
+        require(0.0 < self.tail_floor < 1e-3, f"ref.tail_floor must be in (0, 1e-3), got {self.tail_floor}")
 
 
 def topk_distribution(logprobs: torch.Tensor, k: int, tail: str, tail_floor: float) -> torch.Tensor:
