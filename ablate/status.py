@@ -12,24 +12,19 @@ import math
 import sys
 from pathlib import Path
 
-# (summary key, header, width, format)
-COLUMNS = [
-    ("steps", "steps", 5, "{:d}"),
-    ("win_rate", "win", 6, "{:.3f}"),
-    ("reward_gold", "reward", 7, "{:.3f}"),
-    ("kl_true", "kl_true", 9, "{:.4g}"),
-    ("kl_approx", "standin", 9, "{:.4g}"),
-    ("kl_abs_err", "kl_err", 9, "{:.2e}"),
-    ("ref_bytes", "ref_MiB", 8, "{:.1f}"),
-    ("ref_ms_per_step", "ref_ms", 7, "{:.0f}"),
-]
+from ablate.tracking import schema
 
 
-def _cell(key: str, width: int, fmt: str, value) -> str:
+def columns() -> list[tuple[str, str, int, str, float]]:
+    """(summary key, header, width, format, scale) of each column, from the metric schema."""
+    return [(m.key, c.header, c.width, c.fmt, m.scale) for m, c in schema.status_columns()]
+
+
+def _cell(width: int, fmt: str, scale: float, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         text = "nan"
     else:
-        text = fmt.format(value / 2**20 if key == "ref_bytes" else value)
+        text = fmt.format(value / scale if scale != 1 else value)
     return text.rjust(width)
 
 
@@ -45,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path, help="sweep folders or run folders")
     args = parser.parse_args(argv)
     bad = 0
-    header = f"{'status':<10} " + " ".join(h.rjust(w) for _, h, w, _ in COLUMNS) + "  job"
+    cols = columns()
+    header = f"{'status':<10} " + " ".join(h.rjust(w) for _, h, w, _, _ in cols) + "  job"
     print(header)
     for root in args.paths:
         for d in job_dirs(root):
@@ -56,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             s = json.loads(summary.read_text())
             bad += s["status"] != "finished"
-            cells = " ".join(_cell(k, w, f, s.get(k)) for k, _, w, f in COLUMNS)
+            cells = " ".join(_cell(w, f, scale, s.get(k)) for k, _, w, f, scale in cols)
             reason = f"  ({s['reason']})" if s.get("reason") else ""
             print(f"{s['status']:<10} {cells}  {name}{reason}")
     return 1 if bad else 0

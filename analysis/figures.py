@@ -13,8 +13,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ablate.tracking import schema  # noqa: E402
+
 REGIME_ORDER = ("full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none")
 MIB = 2**20
+# the logged curves the figures draw (metrics.jsonl and W&B names), from the metric schema
+KL_TRUE, KL_APPROX = schema.logged("kl_true"), schema.logged("kl_approx")
+REWARD_GOLD, WIN_RATE, PPL = schema.logged("reward_gold"), schema.logged("win_rate"), schema.logged("ppl")
+LENGTH, REP_2, UNSAFE_RATE = schema.logged("length"), schema.logged("rep_2"), schema.logged("unsafe_rate")
+TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its loss
 
 
 def regime_colors(regimes) -> dict[str, tuple]:
@@ -43,22 +50,22 @@ def _save(fig, path: Path) -> Path:
 def _eval_means(curves: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """Per (regime, step): the mean over seeds of each column, on evaluation rows only."""
     have = [c for c in cols if c in curves]
-    ev = curves[curves["kl/true"].notna()] if "kl/true" in curves else curves.iloc[0:0]
+    ev = curves[curves[KL_TRUE].notna()] if KL_TRUE in curves else curves.iloc[0:0]
     return ev.groupby(["regime", "step"], as_index=False)[have].mean(numeric_only=True)
 
 
 def frontier(curves: pd.DataFrame, path: Path) -> Path:
     """Gold reward and win rate against the true KL over training (the DPO paper's frontier)."""
-    m = _eval_means(curves, ["kl/true", "eval/reward_gold", "eval/win_rate"])
+    m = _eval_means(curves, [KL_TRUE, REWARD_GOLD, WIN_RATE])
     colors = regime_colors(m["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, y, label in (
-        (axes[0], "eval/reward_gold", "gold reward (VADER compound, mean)"),
-        (axes[1], "eval/win_rate", "win rate against the SFT model"),
+        (axes[0], REWARD_GOLD, "gold reward (VADER compound, mean)"),
+        (axes[1], WIN_RATE, "win rate against the SFT model"),
     ):
         for r in ordered(m["regime"]):
             g = m[m["regime"] == r].sort_values("step")
-            ax.plot(g["kl/true"], g[y], "-o", color=colors[r], label=r, ms=4)
+            ax.plot(g[KL_TRUE], g[y], "-o", color=colors[r], label=r, ms=4)
         ax.set_xlabel("true KL to the full reference (nats per response)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -163,21 +170,21 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
     """Training loss per step and true KL per evaluation, per regime."""
     colors = regime_colors(curves["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    if "train/loss" in curves:
-        tr = curves[curves["train/loss"].notna()].groupby(["regime", "step"], as_index=False)["train/loss"].mean()
+    if TRAIN_LOSS in curves:
+        tr = curves[curves[TRAIN_LOSS].notna()].groupby(["regime", "step"], as_index=False)[TRAIN_LOSS].mean()
         for r in ordered(tr["regime"]):
             g = tr[tr["regime"] == r]
-            axes[0].plot(g["step"], g["train/loss"], color=colors[r], label=r)
+            axes[0].plot(g["step"], g[TRAIN_LOSS], color=colors[r], label=r)
     axes[0].set_xlabel("optimiser step")
     axes[0].set_ylabel("training loss (mean over seeds)")
     axes[0].set_title("training loss")
     axes[0].legend(fontsize=7, ncol=2)
-    m = _eval_means(curves, ["kl/true", "kl/approx"])
+    m = _eval_means(curves, [KL_TRUE, KL_APPROX])
     for r in ordered(m["regime"]):
         g = m[m["regime"] == r].sort_values("step")
-        axes[1].plot(g["step"], g["kl/true"], "-o", color=colors[r], ms=4, label=f"{r}")
-        if "kl/approx" in g and g["kl/approx"].notna().any():
-            axes[1].plot(g["step"], g["kl/approx"], ":", color=colors[r])
+        axes[1].plot(g["step"], g[KL_TRUE], "-o", color=colors[r], ms=4, label=f"{r}")
+        if KL_APPROX in g and g[KL_APPROX].notna().any():
+            axes[1].plot(g["step"], g[KL_APPROX], ":", color=colors[r])
     axes[1].set_yscale("symlog", linthresh=1e-2)
     axes[1].set_xlabel("optimiser step")
     axes[1].set_ylabel("KL (nats per response)")
@@ -190,10 +197,10 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
 def drift(curves: pd.DataFrame, path: Path) -> Path:
     """Length, repetition, unsafe rate and perplexity over training."""
     panels = [
-        ("eval/length", "response length (tokens)"),
-        ("eval/rep_2", "repeated bigram fraction"),
-        ("eval/unsafe_rate", "unsafe rate (judge p > threshold)"),
-        ("eval/ppl", "held-out perplexity"),
+        (LENGTH, "response length (tokens)"),
+        (REP_2, "repeated bigram fraction"),
+        (UNSAFE_RATE, "unsafe rate (judge p > threshold)"),
+        (PPL, "held-out perplexity"),
     ]
     m = _eval_means(curves, [c for c, _ in panels])
     colors = regime_colors(m["regime"])

@@ -23,6 +23,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate.tracking import schema
+
 IDENTITY = ("regime", "algo", "model", "seed")
 
 
@@ -106,7 +108,7 @@ def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = No
     curves = pd.DataFrame(curve_rows)
     if not curves.empty:  # one row per (job, step): train logs and evaluations at the same step merge
         curves = curves.groupby(["path", "step"], as_index=False, sort=True).first()
-    for col in ("win_rate", "kl_true", "kl_approx", "kl_abs_err", "ref_bytes", "ref_ms_per_step"):
+    for col in schema.report_columns():  # the schema's numeric summary keys
         if col in runs:
             runs[col] = pd.to_numeric(runs[col], errors="coerce")
     label_conditions(runs)

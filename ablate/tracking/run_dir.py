@@ -21,6 +21,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.tracking import schema
+from ablate.tracking.schema import STATUSES
+
 __all__ = [
     "SUMMARY_DOCS",
     "SUMMARY_KEYS",
@@ -31,62 +34,11 @@ __all__ = [
     "to_python",
 ]
 
-SUMMARY_KEYS: tuple[str, ...] = (
-    "status",
-    "steps",
-    "win_rate",
-    "win_rate_lo",
-    "win_rate_hi",
-    "reward_gold",
-    "kl_true",
-    "kl_approx",
-    "kl_abs_err",
-    "ppl",
-    "length",
-    "rep_2",
-    "distinct_2",
-    "unsafe_rate",
-    "ref_bytes",
-    "ref_ms_per_step",
-    "wall_s",
-)
-STATUSES: tuple[str, ...] = ("finished", "failed", "diverged")
-
-#: What each summary key measures (units: nats are summed over a response, then averaged over responses).
-#: ``<key>_step0`` is the same figure at step 0, where the policy is the SFT model.
-SUMMARY_DOCS: dict[str, str] = {
-    "status": "finished | failed | diverged",
-    "steps": "optimiser steps completed",
-    "win_rate": "share of evaluation prompts whose policy response beats the SFT model's by gold reward "
-    "(ties count half)",
-    "win_rate_lo": "95% Wilson interval, lower end (valid but conservative with half ties)",
-    "win_rate_hi": "95% Wilson interval, upper end (valid but conservative with half ties)",
-    "reward_gold": "mean gold reward (VADER compound) of the policy's evaluation responses",
-    "reward_gold_sft": "mean gold reward of the SFT model's responses to the same prompts",
-    "reward_proxy": "mean learned (proxy) reward of the policy's responses; NaN when the run trains on gold",
-    "kl_true": "true KL: exact KL(policy || full reference) per response token, summed over each sampled "
-    "response and averaged (float64 log-softmax); the judge of truth, whatever the regime",
-    "kl_true_k1": "Schulman's k1 estimate of kl_true from the sampled tokens (unbiased, can be negative)",
-    "kl_true_k3": "Schulman's k3 estimate of kl_true from the sampled tokens (unbiased, >= 0)",
-    "kl_approx": "stand-in divergence: exact KL(policy || the regime's reference) on the same fresh evaluation "
-    "samples. It is the KL a KL-penalised algorithm (PPO/GRPO) would see; DPO never computes a KL "
-    "and consumes only sequence log-probs of its training pairs, so for DPO it describes the "
-    "stand-in, not what training used. NaN where the stand-in has no next-token distribution "
-    "(cached) or there is none (none)",
-    "kl_abs_err": "|kl_approx - kl_true| (nats per response)",
-    "logp_mae": "mean absolute error of the stand-in's per-token log-probs against the full reference's, on the "
-    "policy's evaluation samples",
-    "logp_rmse": "root-mean-square of the same per-token log-prob error",
-    "logp_max_err": "largest absolute per-token log-prob error",
-    "ppl": "perplexity of the policy on held-out plain text",
-    "length": "mean response length in tokens (EOS included; capped at task.max_new_tokens)",
-    "rep_2": "mean share of repeated bigrams within a response",
-    "distinct_2": "distinct bigrams over all bigrams across the responses",
-    "unsafe_rate": "share of responses the safety judge scores at or above task.unsafe_threshold",
-    "ref_bytes": "bytes the reference holds in memory (weights, adapters, caches)",
-    "ref_ms_per_step": "reference time per optimiser step (training calls only, not audits)",
-    "wall_s": "wall time of the job, earlier attempts of a resumed job included",
-}
+#: The keys every summary.json holds, and what each summary key measures (units: nats are summed over a
+#: response, then averaged over responses; ``<key>_step0`` is the same figure at step 0, where the policy is the
+#: SFT model): both read from the metric schema, ``ablate.tracking.schema``.
+SUMMARY_KEYS: tuple[str, ...] = schema.required_keys()
+SUMMARY_DOCS: dict[str, str] = schema.docs()
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -261,11 +213,11 @@ class RunFolder:
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         """Validate and atomically write ``summary.json``.
 
-        Every key in ``SUMMARY_KEYS`` must be present (values may be NaN/None);
+        Every required key of the schema (``SUMMARY_KEYS``) must be present (values may be NaN/None);
         ``status`` must be in ``STATUSES``. Extra keys (e.g. ``nan_reasons``,
         a dict metric -> reason) are kept.
         """
-        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        missing = [k for k in schema.required_keys() if k not in summary]
         if missing:
             raise ValueError(f"summary is missing required keys: {', '.join(missing)}")
         status = summary["status"]

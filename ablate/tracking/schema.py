@@ -1,0 +1,275 @@
+"""The metric schema: every fact about a metric in one place.
+
+One :class:`Metric` per figure a run reports: its ``summary.json`` key, the name it is logged under in
+``metrics.jsonl`` and W&B (with its section prefix ``eval/``, ``kl/``, ``cost/`` or ``train/``), its unit,
+which direction is better, what it means, whether the summary also holds its value at step 0, whether the
+report compares regimes on it, and how ``python -m ablate.status`` shows it. The summary
+(``ablate.run.build_summary``), its validation (``tracking.run_dir``), ``ablate.status``, ``tracking.resume``
+and ``analysis/`` all read it; the README's ``summary.json`` row is tested against it.
+
+Adding a metric is one entry in :data:`METRICS`. A metric the evaluator does not emit is *derived*: ``derive``
+computes it from the logged metrics named in ``inputs`` (:func:`complete` fills it in). Tests add entries
+for a while with :func:`registered`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["higher", "lower"] | None
+
+#: A job's end states; ``FINAL`` ones are results, not accidents: a rerun of the same config does nothing.
+STATUSES: tuple[str, ...] = ("finished", "failed", "diverged")
+FINAL: tuple[str, ...] = ("finished", "diverged")
+#: Sections of the logged names that the summary takes from an evaluation (``cost/`` comes from the reference).
+EVAL_SECTIONS = ("eval/", "kl/")
+#: Training logs keep the trainer's own names (TRL's, or PPO's here) under this section; none is in the summary.
+TRAIN_SECTION = "train/"
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Column:
+    """How ``ablate.status`` shows a metric: header, width and format (of the value divided by its scale)."""
+
+    header: str
+    width: int
+    fmt: str
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported figure. ``key``: its ``summary.json`` key (None: logged only); ``logged``: its name in
+    ``metrics.jsonl`` and W&B (None: summary only); ``required``: every summary must hold it."""
+
+    key: str | None
+    logged: str | None
+    unit: str
+    direction: Direction
+    meaning: str
+    required: bool = False
+    step0: bool = False  # the summary also holds ``<key>_step0``, the value at step 0 (the SFT model)
+    compared: bool = False  # the report tests each regime against the baseline on it
+    status: Column | None = None  # shown by ``python -m ablate.status``
+    label: str | None = None  # short name in the report's tables
+    scale: float = 1.0  # shown divided by this (bytes as MiB)
+    numeric: bool = True
+    inputs: tuple[str, ...] = ()  # the logged metrics ``derive`` reads
+    derive: Callable[..., float] | None = None  # value from ``inputs`` (a derived metric)
+
+
+# fmt: off
+#: Every metric, in the order the summary lists them (a table: one entry per metric).
+METRICS: list[Metric] = [
+    Metric("status", None, "", None,
+           "finished | failed | diverged",
+           required=True, numeric=False),
+    Metric("steps", None, "steps", None,
+           "optimiser steps completed",
+           required=True, status=Column("steps", 5, "{:d}")),
+    Metric("win_rate", "eval/win_rate", "share", "higher",
+           "share of evaluation prompts whose policy response beats the SFT model's by gold reward (ties count half)",
+           required=True, compared=True, status=Column("win", 6, "{:.3f}"), label="win rate"),
+    Metric("win_rate_lo", "eval/win_rate_lo", "share", None,
+           "95% Wilson interval, lower end (valid but conservative with half ties)",
+           required=True),
+    Metric("win_rate_hi", "eval/win_rate_hi", "share", None,
+           "95% Wilson interval, upper end (valid but conservative with half ties)",
+           required=True),
+    Metric("reward_gold", "eval/reward_gold", "VADER compound", "higher",
+           "mean gold reward (VADER compound) of the policy's evaluation responses",
+           required=True, compared=True, status=Column("reward", 7, "{:.3f}"), label="gold reward"),
+    Metric("reward_gold_sft", "eval/reward_gold_sft", "VADER compound", None,
+           "mean gold reward of the SFT model's responses to the same prompts"),
+    Metric("reward_proxy", "eval/reward_proxy", "learned reward", None,
+           "mean learned (proxy) reward of the policy's responses; NaN when the run trains on gold"),
+    Metric("kl_true", "kl/true", "nats per response", None,
+           "true KL: exact KL(policy || full reference) per response token, summed over each sampled response and "
+           "averaged (float64 log-softmax); the judge of truth, whatever the regime",
+           required=True, step0=True, compared=True, status=Column("kl_true", 9, "{:.4g}"), label="true KL"),
+    Metric("kl_true_k1", "kl/true_k1", "nats per response", None,
+           "Schulman's k1 estimate of kl_true from the sampled tokens (unbiased, can be negative)"),
+    Metric("kl_true_k3", "kl/true_k3", "nats per response", None,
+           "Schulman's k3 estimate of kl_true from the sampled tokens (unbiased, >= 0)"),
+    Metric("kl_approx", "kl/approx", "nats per response", None,
+           "stand-in divergence: exact KL(policy || the regime's reference) on the same fresh evaluation samples. It "
+           "is the KL a KL-penalised algorithm (PPO/GRPO) would see; DPO never computes a KL and consumes only "
+           "sequence log-probs of its training pairs, so for DPO it describes the stand-in, not what training used. "
+           "NaN where the stand-in has no next-token distribution (cached) or there is none (none)",
+           required=True, step0=True, status=Column("standin", 9, "{:.4g}"), label="stand-in div."),
+    Metric("kl_abs_err", "kl/abs_err", "nats per response", "lower",
+           "|kl_approx - kl_true| (nats per response)",
+           required=True, step0=True, status=Column("kl_err", 9, "{:.2e}"), label="stand-in error"),
+    Metric("logp_mae", "kl/logp_mae", "nats per token", "lower",
+           "mean absolute error of the stand-in's per-token log-probs against the full reference's, on the policy's "
+           "evaluation samples",
+           step0=True),
+    Metric("logp_rmse", "kl/logp_rmse", "nats per token", "lower",
+           "root-mean-square of the same per-token log-prob error",
+           step0=True),
+    Metric("logp_max_err", "kl/logp_max_err", "nats per token", "lower",
+           "largest absolute per-token log-prob error",
+           step0=True),
+    Metric("ppl", "eval/ppl", "perplexity", "lower",
+           "perplexity of the policy on held-out plain text",
+           required=True, compared=True, label="perplexity"),
+    Metric("length", "eval/length", "tokens", None,
+           "mean response length in tokens (EOS included; capped at task.max_new_tokens)",
+           required=True, compared=True, label="length"),
+    Metric("rep_2", "eval/rep_2", "share", "lower",
+           "mean share of repeated bigrams within a response",
+           required=True, compared=True, label="rep. bigrams"),
+    Metric("distinct_2", "eval/distinct_2", "share", "higher",
+           "distinct bigrams over all bigrams across the responses",
+           required=True),
+    Metric("unsafe_rate", "eval/unsafe_rate", "share", "lower",
+           "share of responses the safety judge scores at or above task.unsafe_threshold",
+           required=True, compared=True, label="unsafe rate"),
+    Metric(None, "eval/unsafe_rate_sft", "share", None,
+           "share of the SFT model's responses the safety judge scores at or above task.unsafe_threshold"),
+    Metric("ref_bytes", "cost/ref_bytes", "bytes", "lower",
+           "bytes the reference holds in memory (weights, adapters, caches)",
+           required=True, status=Column("ref_MiB", 8, "{:.1f}"), label="ref. MiB", scale=MIB),
+    Metric("ref_ms_per_step", "cost/ref_ms_per_step", "ms", "lower",
+           "reference time per optimiser step (training calls only, not audits)",
+           required=True, status=Column("ref_ms", 7, "{:.0f}"), label="ref. ms/step"),
+    Metric("ref_setup_s", "cost/ref_setup_s", "s", "lower",
+           "one-off reference set-up: load, quantise, distil, precompute"),
+    Metric("ref_cache_bytes", "cost/ref_cache_bytes", "bytes", "lower",
+           "bytes the reference keeps on disk (caches)"),
+    Metric("ref_forward_calls", "cost/ref_forward_calls", "calls", None,
+           "reference forward calls while training"),
+    Metric("wall_s", None, "s", "lower",
+           "wall time of the job, earlier attempts of a resumed job included",
+           required=True),
+    Metric("peak_rss_bytes", None, "bytes", "lower",
+           "peak resident memory of the job's process (a reused launcher worker carries earlier jobs' peak)"),
+]
+# fmt: on
+
+#: The report's tables: their summary columns in order (``<key>_step0``: the value at step 0).
+REPORT_TABLES: dict[str, tuple[str, ...]] = {
+    "fidelity": ("kl_abs_err_step0", "kl_abs_err", "kl_true", "kl_approx", "ref_bytes", "ref_ms_per_step"),
+    "behaviour": ("win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"),
+}
+
+
+# ------------------------------------------------------------------------------------------------ queries
+def summary_metrics() -> list[Metric]:
+    """The metrics with a ``summary.json`` key, in summary order."""
+    return [m for m in METRICS if m.key is not None]
+
+
+def metric(key: str) -> Metric:
+    """The metric whose summary key is ``key`` (``<key>_step0`` gives its step-0 copy's metric)."""
+    base = key.removesuffix("_step0")
+    for m in summary_metrics():
+        if m.key == base and (base == key or m.step0):
+            return m
+    raise KeyError(f"no metric {key!r} in ablate.tracking.schema")
+
+
+def logged(key: str) -> str:
+    """The logged name (``eval/...``, ``kl/...``) of the summary key ``key``."""
+    name = metric(key).logged
+    if name is None:
+        raise KeyError(f"metric {key!r} is not logged")
+    return name
+
+
+def required_keys() -> tuple[str, ...]:
+    """The keys every ``summary.json`` holds."""
+    return tuple(m.key for m in summary_metrics() if m.required)
+
+
+def docs() -> dict[str, str]:
+    """Summary key -> one-line meaning."""
+    return {m.key: m.meaning for m in summary_metrics()}
+
+
+def _from_sections(sections: tuple[str, ...]) -> dict[str, str]:
+    return {m.key: m.logged for m in summary_metrics() if m.logged and m.logged.startswith(sections)}
+
+
+def from_eval() -> dict[str, str]:
+    """Summary key <- logged name, for the figures the summary takes from the last evaluation."""
+    return _from_sections(EVAL_SECTIONS)
+
+
+def from_cost() -> dict[str, str]:
+    """Summary key <- logged name, for the reference's cost figures."""
+    return _from_sections(("cost/",))
+
+
+def step0_keys() -> tuple[str, ...]:
+    """The summary keys that also have a ``<key>_step0`` copy."""
+    return tuple(m.key for m in summary_metrics() if m.step0)
+
+
+def status_columns() -> list[tuple[Metric, Column]]:
+    """What ``python -m ablate.status`` shows, in order."""
+    return [(m, m.status) for m in summary_metrics() if m.status is not None]
+
+
+def report_columns() -> list[str]:
+    """Every numeric summary column the report aggregates over seeds (step-0 copies included)."""
+    keys = [m.key for m in summary_metrics() if m.numeric]
+    return keys + [f"{k}_step0" for k in step0_keys()]
+
+
+def compared_keys() -> list[str]:
+    """The summary keys the report compares with the baseline regime."""
+    return [m.key for m in summary_metrics() if m.compared]
+
+
+def header(column: str, table: tuple[str, ...] = ()) -> str:
+    """A report table's header for ``column``: its label, with ``step 0`` / ``end`` when both appear."""
+    label = metric(column).label or column
+    if column.endswith("_step0"):
+        return f"{label}, step 0"
+    return f"{label}, end" if f"{column}_step0" in table else label
+
+
+# ------------------------------------------------------------------------------------------- derived ones
+def complete(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics`` (logged names) with every derived metric added that it does not hold yet (NaN when an
+    input is missing or NaN: never a made-up value)."""
+    out = dict(metrics)
+    for m in METRICS:
+        if m.derive is None or m.logged in out:
+            continue
+        values = [out.get(name, math.nan) for name in m.inputs]
+        out[m.logged] = math.nan if any(_is_nan(v) for v in values) else float(m.derive(*values))
+    return out
+
+
+def derived_reasons(reasons: Mapping[str, str], suffix: str = "") -> dict[str, str]:
+    """Why each derived summary key is NaN when an input is: the input's own reason, when it has one."""
+    by_logged = {m.logged: m.key for m in summary_metrics() if m.logged}
+    out = {}
+    for m in summary_metrics():
+        if m.derive is None:
+            continue
+        why = [reasons.get(f"{by_logged.get(name)}{suffix}") for name in m.inputs]
+        given = [w for w in why if w]
+        out[f"{m.key}{suffix}"] = given[0] if given else f"computed from {', '.join(m.inputs)}: an input is NaN"
+    return out
+
+
+def _is_nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+@contextmanager
+def registered(*extra: Metric) -> Iterator[None]:
+    """Add metrics to the schema for the duration of a ``with`` block (tests)."""
+    METRICS.extend(extra)
+    try:
+        yield
+    finally:
+        for m in extra:
+            METRICS.remove(m)
