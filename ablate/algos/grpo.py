@@ -1,9 +1,8 @@
 """GRPO through TRL's ``GRPOTrainer``, with the regime's reference.
 
-TRL has no ``ref_model`` argument for GRPO and loads its own copy whenever beta > 0. The subclass
-builds TRL with beta = 0 (so TRL loads nothing), then restores beta and installs a placeholder as
-``ref_model``; TRL's one call for reference log-probs, ``_get_per_token_logps_and_entropies(
-self.ref_model, ...)``, is answered by the regime. The KL coefficient can follow a controller
+TRL has no ``ref_model`` argument for GRPO and loads its own copy whenever beta > 0; the trainer base in
+:mod:`ablate.algos.trl_fence` keeps TRL from loading one and answers TRL's reference call with the
+regime's log-probs (:meth:`reference_token_logps` here). The KL coefficient can follow a controller
 (fixed or adaptive), updated from TRL's measured per-token KL after every logged step.
 
 KL estimators (``algo.kl_estimator``): ``k3`` is TRL's own term in the loss, unchanged. ``k1`` enters the
@@ -22,31 +21,28 @@ from pathlib import Path
 
 import torch
 
+from ablate.algos import registry, trl_fence
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import k1_reward_penalty
 from ablate.algos.trl_common import common_args
-from ablate.config import value_of
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
-
-class _RegimeRef(torch.nn.Module):
-    """Stands where TRL keeps its reference model; never called as a model."""
+_RegimeRef = trl_fence.RegimeRefSlot  # where TRL keeps its reference model (tests check it is there)
 
 
 def _grpo_trainer_cls():
-    from trl import GRPOTrainer
-
-    class RegimeGRPOTrainer(GRPOTrainer):
-        def __init__(self, *args, reference: Reference, beta: float, kl_estimator: str = "k3", **kwargs):
+    class RegimeGRPOTrainer(trl_fence.grpo_base()):
+        def __init__(
+            self, *args, reference: Reference, beta: float, kl_estimator: str = "k3", kl_controller=None, **kwargs
+        ):
             self.reference = reference
             self.kl_estimator = kl_estimator
-            self._loss_inputs: dict | None = None  # the inputs of the loss being computed (k3 fills their ref)
+            self.kl_in_loss = kl_estimator != "k1"  # k1: the penalty is in the reward (advantages) instead
+            self.kl_controller = kl_controller
             self._k1_penalty: torch.Tensor | None = None  # the last rollout's per-completion k1 reward penalty
             if kl_estimator == "k1" and beta != 0.0:
                 kwargs["reward_funcs"], kwargs["args"] = self._with_kl_penalty(kwargs["reward_funcs"], kwargs["args"])
-            super().__init__(*args, **kwargs)  # built with beta = 0: TRL loads no reference model
-            self.beta = beta
-            self.ref_model = _RegimeRef() if beta != 0.0 else None
+            super().__init__(*args, beta=beta, **kwargs)
 
         def _with_kl_penalty(self, reward_funcs, args):
             """k1 in the reward: one more reward function, ``kl_penalty`` (weight 1), whose value for each
@@ -83,58 +79,41 @@ def _grpo_trainer_cls():
             self._k1_penalty = k1_reward_penalty(policy_logps, ref_logps, mask, self.beta).float()
             k1 = ((policy_logps - ref_logps) * mask).sum()
             totals = self.accelerator.reduce(torch.stack([k1, mask.sum()]).float(), reduction="sum")
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+            self.log_metric("kl", (totals[0] / totals[1].clamp(min=1.0)).item())
 
-        def _compute_loss(self, model, inputs):
-            """k3: TRL's loss, with uncovered reference rows filled from the loss-time policy log-probs (see
-            ``_get_per_token_logps_and_entropies``). k1: TRL's loss without its KL term (the penalty is in
-            the advantages already)."""
-            if self.kl_estimator == "k1" and self.beta != 0.0:
-                beta, self.beta = self.beta, 0.0
-                try:
-                    return super()._compute_loss(model, inputs)
-                finally:
-                    self.beta = beta
-            self._loss_inputs = dict(inputs)
-            try:
-                return super()._compute_loss(model, self._loss_inputs)
-            finally:
-                self._loss_inputs = None
+        def loss_reference(self, ref_logps, policy_logps):
+            """k3: uncovered reference rows become the loss-time policy log-probs, detached (TRL's k3 term is
+            then exactly 0 with zero gradient)."""
+            return fill_uncovered(ref_logps, policy_logps)
 
-        def _get_per_token_logps_and_entropies(
-            self,
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=None,
-            compute_entropy=False,
-            *args,
-            **kwargs,
-        ):
-            if isinstance(model, _RegimeRef):
-                return self._regime_logps(input_ids, attention_mask, logits_to_keep, batch_size)
-            out = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs
-            )
-            inputs = self._loss_inputs
-            if inputs is not None and inputs.get("ref_per_token_logps") is not None:  # TRL reads it next
-                inputs["ref_per_token_logps"] = fill_uncovered(inputs["ref_per_token_logps"], out[0])
-            return out
-
-        def _regime_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
+        def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
             """The regime's answer to TRL's reference call (uncovered rows stay NaN); under k1, also the
             rollout's k1 penalties, from the policy's log-probs computed here as TRL computes its own."""
             completion = torch.zeros_like(attention_mask)
             completion[:, -logits_to_keep:] = attention_mask[:, -logits_to_keep:]
             logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))[:, -logits_to_keep:]
             if self.kl_estimator == "k1":
-                policy_logps, _, _ = super()._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, logits_to_keep, batch_size
-                )
+                policy_logps = self.policy_token_logps(input_ids, attention_mask, logits_to_keep, batch_size)
                 self._record_k1(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
-            return logps, None, None
+            return logps
+
+        # ------------------------------------------------------------------ what resume and KL control read
+        @property
+        def kl_coef(self) -> float:
+            """The KL coefficient now (the controller's, 0 without a reference)."""
+            return float(self.beta)
+
+        def resume_state(self) -> dict:
+            """What a checkpoint records to resume exactly: the KL coefficient and TRL's token counter."""
+            return {"kl_coef": self.kl_coef, "trl_train_tokens": self.train_tokens}
+
+        def restore(self, saved: dict) -> None:
+            """Continue from :meth:`resume_state`'s record: the KL coefficient where the controller had taken it."""
+            self.beta = saved["kl_coef"]
+            if self.kl_controller is not None:
+                self.kl_controller.value = saved["kl_coef"]
+            if saved.get("trl_train_tokens") is not None:
+                self.train_tokens = saved["trl_train_tokens"]
 
     return RegimeGRPOTrainer
 
@@ -178,7 +157,7 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reward_weights: list[floa
         temperature=algo.temperature,
         top_k=0,
         top_p=1.0,
-        beta=0.0,  # see RegimeGRPOTrainer: the real beta is set after TRL's init
+        beta=0.0,  # the real beta goes to the trainer (see ablate.algos.trl_fence.grpo_base)
         reward_weights=reward_weights,
     )
 
@@ -217,7 +196,7 @@ def build_trainer(
     """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0."""
     algo = cfg.algo
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
-    controller = make_controller(value_of(algo.kl_control), beta, algo.kl_target, algo.kl_horizon)
+    controller = make_controller(algo.kl_control, beta, algo.kl_target, algo.kl_horizon)
     kl_cb = kl_control_callback(controller)
     if proxy is None:
         funcs, weights = [gold_reward_fn(reward)], None
@@ -231,9 +210,28 @@ def build_trainer(
         processing_class=tokenizer,
         reference=reference,
         beta=beta,
-        kl_estimator=value_of(algo.kl_estimator),
+        kl_estimator=algo.kl_estimator,
+        kl_controller=controller,
         callbacks=[kl_cb, *callbacks],
     )
     kl_cb.trainer = trainer
-    trainer.kl_controller = controller
     return trainer
+
+
+def build(*, cfg, policy, tokenizer, prompts, reward, proxy, reference, callbacks, out_dir, device, **_):
+    """:func:`build_trainer` with the algorithm registry's keywords."""
+    return build_trainer(
+        cfg,
+        policy=policy,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        reward=reward,
+        reference=reference,
+        callbacks=callbacks,
+        out_dir=out_dir,
+        device=device,
+        proxy=proxy,
+    )
+
+
+registry.register("grpo", build)

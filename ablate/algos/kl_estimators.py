@@ -14,14 +14,27 @@ from __future__ import annotations
 import torch
 
 
+def estimators(logp: torch.Tensor, ref_logp: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Schulman's per-sample KL(policy || ref) estimators for tokens sampled from the policy. With
+    ``l = ref_logp - logp``: ``k1 = -l`` (unbiased, can be negative), ``k2 = l**2 / 2`` (biased, >= 0),
+    ``k3 = exp(l) - 1 - l`` (unbiased, >= 0)."""
+    log_ratio = ref_logp - logp
+    return {"k1": -log_ratio, "k2": log_ratio.pow(2) / 2, "k3": _k3(log_ratio)}
+
+
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL estimate for samples from the policy: k1 = logp - ref_logp, k3 = e^l - 1 - l (l = ref - logp)."""
+    """Per-token KL estimate for samples from the policy: k1 = logp - ref_logp, k3 = e^l - 1 - l (l = ref - logp).
+    (k1 is written ``logp - ref_logp``: where the two are equal it is +0.0, as :func:`estimators`' ``-l`` is -0.0.)"""
     if estimator == "k1":
         return logp - ref_logp
     if estimator == "k3":
-        log_ratio = ref_logp - logp
-        return torch.expm1(log_ratio) - log_ratio
+        return _k3(ref_logp - logp)
     raise ValueError(f"unknown KL estimator {estimator!r} (k1 | k3)")
+
+
+def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``exp(l) - 1 - l`` for ``l = ref_logp - logp``."""
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def sequence_k1(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -23,10 +23,11 @@ from types import SimpleNamespace
 import torch
 from tqdm.auto import tqdm
 
+from ablate.algos import registry
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import kl_penalty
 from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
-from ablate.config import value_of
+from ablate.models.logprobs import logits_logprobs
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
@@ -68,14 +69,12 @@ class PPOTrainer:
         self.model, self.tok, self.prompts = policy, tokenizer, prompts
         self.score_fn, self.reference, self.callbacks, self.device = score_fn, reference, list(callbacks), device
         self.gold_fn = gold_fn  # with a learned (proxy) score_fn: the gold reward, logged alongside
-        self.precision = value_of(cfg.model.precision)
+        self.precision = cfg.model.precision
         self.value_head = ValueHead(policy.config.hidden_size).to(device)
         params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=self.algo.learning_rate, weight_decay=self.algo.weight_decay)
         self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
-        self.kl_controller = make_controller(
-            value_of(self.algo.kl_control), self.beta, self.algo.kl_target, self.algo.kl_horizon
-        )
+        self.kl_controller = make_controller(self.algo.kl_control, self.beta, self.algo.kl_target, self.algo.kl_horizon)
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
         self.args = SimpleNamespace(logging_steps=1, output_dir=str(checkpoints_dir(cfg.out_dir)))
@@ -97,7 +96,7 @@ class PPOTrainer:
                 output_hidden_states=True,
                 use_cache=False,
             )
-        logp = torch.log_softmax(out.logits[:, :-1].float(), -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+        logp = logits_logprobs(out.logits[:, :-1], batch.input_ids[:, 1:])
         values = self.value_head(out.hidden_states[-1][:, :-1])
         return logp, values
 
@@ -123,7 +122,7 @@ class PPOTrainer:
             ref_logp = fill_uncovered(self.reference.logprobs(batch).to(old_logp.dtype), old_logp)
         else:
             ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
-        kl = kl_penalty(old_logp, ref_logp, value_of(self.algo.kl_estimator)) * mask
+        kl = kl_penalty(old_logp, ref_logp, self.algo.kl_estimator) * mask
         rewards = token_rewards(scores, kl, self.beta, mask)
         adv, returns = gae(rewards, old_values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
@@ -174,6 +173,20 @@ class PPOTrainer:
                 ):
                     stats[k].append(float(v.detach()))
         return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    # ------------------------------------------------------------------ what resume and KL control read
+    @property
+    def kl_coef(self) -> float:
+        """The KL coefficient now (the controller's, 0 without a reference)."""
+        return float(self.beta)
+
+    def resume_state(self) -> dict:
+        """What the run's checkpoint record holds for this trainer (the rest is in ``ppo_state.pt``)."""
+        return {"kl_coef": self.kl_coef, "trl_train_tokens": None}
+
+    def restore(self, saved: dict) -> None:
+        """Continue from :meth:`resume_state`'s record: the KL coefficient where the controller had taken it."""
+        self.beta = self.kl_controller.value = saved["kl_coef"]
 
     # -------------------------------------------------------------------------------- loop
     def _call(self, event: str, **kw) -> None:
@@ -279,3 +292,21 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
         device=device,
         gold_fn=gold,
     )
+
+
+def build(*, cfg, policy, tokenizer, prompts, reward, proxy, reference, callbacks, device, **_):
+    """:func:`build_trainer` with the algorithm registry's keywords."""
+    return build_trainer(
+        cfg,
+        policy=policy,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        reward=reward,
+        reference=reference,
+        callbacks=callbacks,
+        device=device,
+        proxy=proxy,
+    )
+
+
+registry.register("ppo", build)

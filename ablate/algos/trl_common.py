@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from ablate.config import value_of
 from ablate.tracking.checkpoint import checkpoints_dir
 
 
@@ -31,7 +30,7 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         save_only_model=False,
         report_to="none",
         use_cpu=device.type == "cpu",
-        bf16=value_of(cfg.model.precision) == "bf16",
+        bf16=cfg.model.precision == "bf16",
         gradient_checkpointing=False,  # TRL defaults it on; slower for models this size
         seed=cfg.seed,
         data_seed=cfg.seed,

@@ -32,7 +32,6 @@ def _timer():
 def _dpo(kind: str, cfg, pieces, timer, out: Path):
     from ablate.algos.dpo import build_trainer
     from ablate.algos.trl_common import common_args
-    from ablate.config import value_of
     from ablate.tasks.pairs import pairs_dataset
 
     policy = pieces.load()
@@ -55,7 +54,7 @@ def _dpo(kind: str, cfg, pieces, timer, out: Path):
     args = DPOConfig(
         **common_args(cfg, out, pieces.device),
         beta=cfg.algo.beta,
-        loss_type=[value_of(cfg.algo.loss_type)],
+        loss_type=[cfg.algo.loss_type],
         max_length=cfg.algo.max_length,
         truncation_mode="keep_start",
         precompute_ref_log_probs=False,

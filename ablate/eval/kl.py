@@ -87,18 +87,13 @@ def exact_kl_per_token(policy_logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 
 
 def kl_estimators(logp: Tensor, ref_logp: Tensor) -> dict[str, Tensor]:
-    """Schulman's per-sample KL(policy || ref) estimators for tokens sampled
-    from the policy. With ``l = ref_logp - logp``:
-    ``k1 = -l`` (unbiased, can be negative), ``k2 = l**2 / 2`` (biased,
-    >= 0), ``k3 = exp(l) - 1 - l`` (unbiased, >= 0)."""
+    """Schulman's per-sample KL(policy || ref) estimators k1, k2, k3 for tokens sampled from the policy
+    (:func:`ablate.algos.kl_estimators.estimators`), for tensors of equal shapes."""
+    from ablate.algos.kl_estimators import estimators
+
     if logp.shape != ref_logp.shape:
         raise ValueError(f"shape mismatch: {tuple(logp.shape)} vs {tuple(ref_logp.shape)}")
-    l = ref_logp - logp
-    return {
-        "k1": -l,
-        "k2": l.pow(2) / 2,
-        "k3": torch.expm1(l) - l,
-    }
+    return estimators(logp, ref_logp)
 
 
 def sequence_sum(per_token: Tensor, mask: Tensor) -> Tensor:

@@ -6,6 +6,13 @@ import time
 
 import torch
 
+from ablate.models.logprobs import (  # noqa: F401  (re-exported: their home is ablate.models.logprobs)
+    add_logprob_head,
+    has_logprob_head,
+    next_token_logits,
+    next_token_logprobs,
+    token_logprobs,
+)
 from ablate.refs.base import RefContext, Reference, TokenBatch, module_bytes
 
 
@@ -15,49 +22,6 @@ def freeze(model: torch.nn.Module) -> torch.nn.Module:
     for p in model.parameters():
         p.requires_grad_(False)
     return model
-
-
-def add_logprob_head(model: torch.nn.Module) -> None:
-    """TRL's fused LM head: per-token log-probs without materialising [B, T, V] logits; the same kernel
-    TRL's trainers use for the policy, so a reference equal to the policy gives exactly equal log-probs."""
-    from trl.trainer.utils import add_fused_lm_head
-
-    if not has_logprob_head(model):
-        add_fused_lm_head(model)
-
-
-def has_logprob_head(model: torch.nn.Module) -> bool:
-    """True when TRL's fused head is already installed (by us, or by a TRL trainer on the policy)."""
-    fn = getattr(model.__dict__.get("forward"), "__func__", None)
-    return fn is not None and fn.__code__.co_name == "_fused_forward"
-
-
-def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-    """[B, T-1] log-probs of the response tokens under ``model`` (0 at non-response positions)."""
-    add_logprob_head(model)
-    labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
-    with torch.no_grad():
-        out = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            labels=labels,
-            fused_lm_head=True,
-            use_cache=False,
-        )
-    return out.log_probs.float()
-
-
-def next_token_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-    """[B, T-1, V] float32 next-token logits at each position (unnormalised log-scores: no copy is made
-    when the model's logits are float32; the audit normalises them in float64, a chunk at a time)."""
-    with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-    return logits[:, :-1].float()
-
-
-def next_token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-    """[B, T-1, V] float32 next-token log-probs at each position (normalised in float32)."""
-    return torch.log_softmax(next_token_logits(model, batch), dim=-1)
 
 
 class ModelReference(Reference):

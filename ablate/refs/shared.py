@@ -11,9 +11,10 @@ import torch
 
 from ablate.config import RefConfig
 from ablate.errors import ConfigError
+from ablate.models.logprobs import add_logprob_head, head_logprobs, next_token_logits
 from ablate.models.precision import unwrapped_forward
 from ablate.refs.base import Reference, TokenBatch, register
-from ablate.refs.model_backed import add_logprob_head, next_token_logits
+from ablate.versions import required
 
 
 @dataclass
@@ -23,7 +24,7 @@ class SharedRefConfig(RefConfig):
 
 @register("shared", SharedRefConfig)
 class SharedReference(Reference):
-    required_packages = {"peft": ("peft==0.21.2", "ref=shared")}
+    required_packages = required("peft", "peft", "ref=shared")
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -52,18 +53,10 @@ class SharedReference(Reference):
             self.policy.train(was_training)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        add_logprob_head(self.policy.get_base_model())
+        add_logprob_head(self.policy.get_base_model())  # the head is the base model's, under the adapter
         batch = batch.to(self.ctx.device)
-        labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
         with self._base() as model:
-            out = model(
-                input_ids=batch.input_ids,
-                attention_mask=batch.attention_mask,
-                labels=labels,
-                fused_lm_head=True,
-                use_cache=False,
-            )
-        return out.log_probs.float()
+            return head_logprobs(model, batch)
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1, V] float32 next-token logits of the adapter-disabled policy (unnormalised log-scores)."""

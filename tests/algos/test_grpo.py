@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ablate.algos.grpo import _RegimeRef, build_trainer
+from ablate.inputs import prepare_from_pairs
 from ablate.models.loading import load_model
 from ablate.refs.cached import CachedRefConfig, CachedReference
 from ablate.refs.full import FullRefConfig, FullReference
@@ -92,7 +93,7 @@ def test_grpo_cached_skip_rows_have_no_kl_term(tmp_path, tiny_source, tokenizer,
             reference = NoReference(NoneRefConfig(), ref_ctx)
         else:
             reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
-            reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
+            prepare_from_pairs(reference, tokenizer, [Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
         rec = _recorder()
         _train(
             tmp_path / name,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ablate.algos.ppo import PPOTrainer
+from ablate.inputs import prepare_from_pairs
 from ablate.models.loading import load_model
 from ablate.refs.cached import CachedRefConfig, CachedReference
 from ablate.refs.full import FullRefConfig, FullReference
@@ -86,7 +87,7 @@ def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(
 
     ref_ctx.cache_root = str(cache_root)
     reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
-    reference.prepare_from_pairs([Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
+    prepare_from_pairs(reference, tokenizer, [Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
     rec = Recorder()
     trainer = PPOTrainer(
         _cfg(tmp_path, f"algo.kl_estimator={estimator}"),

@@ -1,0 +1,321 @@
+"""Every use of TRL's private API, in one module, checked against the installed TRL at start-up.
+
+The harness hands TRL a reference that is not a model (a regime), which TRL 1.x has no public way to take:
+
+- DPO: ``precompute_ref_log_probs=True`` is what makes TRL load no reference model and read the reference's
+  summed log-probs from the batch (``inputs["ref_chosen_logps"/"ref_rejected_logps"]``); its precompute pass
+  (``_precompute_ref_logps``) becomes the regime's preparation, and the batch gets the regime's values.
+- GRPO: TRL has no ``ref_model`` argument and loads its own copy whenever ``beta > 0``; the trainer is built
+  with ``beta = 0`` (so it loads nothing), then gets its real beta and a placeholder ``ref_model``, and TRL's
+  one call for reference log-probs, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered
+  by the regime. The same override fills rows the regime has no term for at loss time, and ``_compute_loss``
+  can run without TRL's KL term (k1 in the reward).
+- Both: the fused LM head (``add_fused_lm_head``), TRL's metrics buffer ``_metrics`` and DPO's token counter
+  ``_total_train_tokens`` (not in the Trainer's own state, so a resumed run restores it).
+
+:func:`check` compares what this module relies on (the signatures of the methods it overrides or calls, and
+the attributes and batch keys their source reads) with the installed TRL, and fails with one line.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from ablate.errors import MissingAsset
+
+#: TRL versions this fence was checked with (tests/algos/test_trl_fence.py holds it to the installed one).
+CHECKED_WITH = ("1.16.0",)
+#: the keyword TRL's fused head adds to ``model.forward`` (documented by ``add_fused_lm_head``)
+FUSED_KWARG = "fused_lm_head"
+
+
+# ------------------------------------------------------------------------------------------ the contract
+@dataclass(frozen=True)
+class Expect:
+    """One thing the fence relies on: a TRL function's leading parameters and text its source contains."""
+
+    name: str  # how a failure names it
+    get: Callable[[], Callable]  # the function (resolved lazily: TRL imports slowly)
+    params: tuple[str, ...]  # its first parameters, in order
+    reads: tuple[str, ...] = ()  # attributes / batch keys its source must mention
+
+
+def _dpo():
+    from trl import DPOTrainer
+
+    return DPOTrainer
+
+
+def _grpo():
+    from trl import GRPOTrainer
+
+    return GRPOTrainer
+
+
+def _fused_head_fn():
+    from trl.trainer import add_fused_lm_head
+
+    return add_fused_lm_head
+
+
+CONTRACT: tuple[Expect, ...] = (
+    Expect(
+        "DPOTrainer.__init__",
+        lambda: _dpo().__init__,
+        ("self", "model", "ref_model", "args"),
+        ("self.precompute_ref_logps", "self._total_train_tokens", "self._metrics", "self._precompute_ref_logps("),
+    ),
+    Expect("DPOTrainer._precompute_ref_logps", lambda: _dpo()._precompute_ref_logps, ("self", "dataset", "name")),
+    Expect(
+        "DPOTrainer._compute_loss",
+        lambda: _dpo()._compute_loss,
+        ("self", "model", "inputs", "return_outputs"),
+        ('inputs["ref_chosen_logps"]', 'inputs["ref_rejected_logps"]', "self.precompute_ref_logps"),
+    ),
+    Expect(
+        "DPOTrainer.compute_loss",
+        lambda: _dpo().compute_loss,
+        ("self", "model", "inputs", "return_outputs", "num_items_in_batch"),
+    ),
+    Expect("GRPOTrainer.__init__", lambda: _grpo().__init__, ("self",), ("self.beta = args.beta", "self._metrics")),
+    Expect(
+        "GRPOTrainer._get_per_token_logps_and_entropies",
+        lambda: _grpo()._get_per_token_logps_and_entropies,
+        ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"),
+    ),
+    Expect(
+        "GRPOTrainer._generate_and_score_completions",
+        lambda: _grpo()._generate_and_score_completions,
+        ("self",),
+        ("self.ref_model", "self._get_per_token_logps_and_entropies(", '"ref_per_token_logps"'),
+    ),
+    Expect(
+        "GRPOTrainer._compute_loss",
+        lambda: _grpo()._compute_loss,
+        ("self", "model", "inputs"),
+        ("self.beta", 'inputs["ref_per_token_logps"]', "self._get_per_token_logps_and_entropies("),
+    ),
+    Expect("trl.trainer.add_fused_lm_head", _fused_head_fn, ("model",), (FUSED_KWARG,)),
+)
+
+
+def problems(contract: tuple[Expect, ...] = CONTRACT) -> list[str]:
+    """What the installed TRL lacks of ``contract``, one phrase each (empty: compatible)."""
+    found = []
+    for e in contract:
+        try:
+            fn = e.get()
+        except (ImportError, AttributeError) as err:
+            found.append(f"{e.name} is missing ({err})")
+            continue
+        params = tuple(inspect.signature(fn).parameters)[: len(e.params)]
+        if params != e.params:
+            found.append(f"{e.name}{_sig(params)} is not {e.name}{_sig(e.params)}")
+        source = _source(fn)
+        missing = [r for r in e.reads if r not in source]
+        if missing:
+            found.append(f"{e.name} no longer reads {', '.join(missing)}")
+    return found
+
+
+def check(contract: tuple[Expect, ...] = CONTRACT) -> None:
+    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on."""
+    found = problems(contract)
+    if found:
+        raise MissingAsset(
+            f"trl {_trl_version()} is incompatible with ablate (checked with trl=={', '.join(CHECKED_WITH)}): "
+            f"{'; '.join(found)}; install trl=={CHECKED_WITH[-1]}"
+        )
+
+
+def _sig(params: tuple[str, ...]) -> str:
+    return f"({', '.join(params)})"
+
+
+def _source(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _trl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trl")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+# -------------------------------------------------------------------------------------- fused LM head
+def has_fused_head(model: torch.nn.Module) -> bool:
+    """True when ``model.forward`` takes TRL's ``fused_lm_head`` keyword (installed by us, or by a TRL trainer
+    on the policy, possibly with more outputs than log-probs: never install a second one over it)."""
+    forward = model.__dict__.get("forward")
+    if forward is None:
+        return False
+    return FUSED_KWARG in inspect.signature(forward, follow_wrapped=False).parameters
+
+
+def add_fused_head(model: torch.nn.Module) -> None:
+    """TRL's fused LM head on ``model`` (per-token log-probs without [B, T, V] logits), unless it has one."""
+    if not has_fused_head(model):
+        _fused_head_fn()(model)
+
+
+def fused_logprobs(model: torch.nn.Module, input_ids, attention_mask, labels) -> torch.Tensor:
+    """[B, T-1] per-token log-probs of ``labels`` (-100: not scored, 0 there) through the fused head of
+    ``model`` (or of the model it wraps)."""
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, labels=labels, use_cache=False, **{FUSED_KWARG: True}
+    )
+    return out.log_probs
+
+
+# ----------------------------------------------------------------------------------------- the trainers
+class RegimeRefSlot(torch.nn.Module):
+    """Stands where TRL's GRPO keeps its reference model; never called as a model."""
+
+
+@cache
+def dpo_base():
+    """``DPOTrainer`` with a regime's reference in place of TRL's. Subclasses implement
+    :meth:`reference_logps` and may override :meth:`prepare_reference`; TRL's args must have
+    ``precompute_ref_log_probs=True`` (:data:`DPO_ARGS`)."""
+    from trl import DPOTrainer
+
+    class FencedDPOTrainer(DPOTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, ref_model=None, **kwargs)
+            if not self.precompute_ref_logps:
+                raise ValueError("the regime's DPO trainer needs DPOConfig(precompute_ref_log_probs=True)")
+
+        def _precompute_ref_logps(self, dataset, name, batch_size):
+            """TRL's precompute pass, handed to the regime (training data only); the dataset is unchanged."""
+            if name == "train":
+                self.prepare_reference(dataset)
+            return dataset
+
+        def prepare_reference(self, dataset) -> None:
+            """Called once, with the tokenised training dataset, before training."""
+
+        def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+            """[B/2] each: the reference's summed log-probs of the chosen and the rejected responses."""
+            raise NotImplementedError
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if "ref_chosen_logps" not in inputs:
+                chosen, rejected = self.reference_logps(inputs)
+                inputs = {**inputs, "ref_chosen_logps": chosen, "ref_rejected_logps": rejected}
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+
+        def log_metric(self, name: str, value: float) -> None:
+            """One value of a training metric, averaged into TRL's next log."""
+            self._metrics["train"][name].append(value)
+
+        @property
+        def train_tokens(self) -> int:
+            """TRL's count of training tokens (its ``num_tokens`` log); not in the Trainer's state."""
+            return self._total_train_tokens
+
+        @train_tokens.setter
+        def train_tokens(self, n: int) -> None:
+            self._total_train_tokens = n
+
+    return FencedDPOTrainer
+
+
+#: the DPOConfig settings the fenced DPO trainer needs: TRL loads no reference and reads the batch's values
+DPO_ARGS = {"precompute_ref_log_probs": True}
+
+
+@cache
+def grpo_base():
+    """``GRPOTrainer`` with a regime's reference in place of TRL's. Build it with ``GRPOConfig(beta=0)`` and
+    the real ``beta``; subclasses implement :meth:`reference_token_logps` and may override
+    :meth:`loss_reference` and :attr:`kl_in_loss`."""
+    from trl import GRPOTrainer
+
+    class FencedGRPOTrainer(GRPOTrainer):
+        #: False: TRL's loss runs without its KL term (the KL is elsewhere, e.g. in the reward)
+        kl_in_loss = True
+
+        def __init__(self, *args, beta: float, **kwargs):
+            if kwargs["args"].beta != 0.0:
+                raise ValueError("the regime's GRPO trainer is built with GRPOConfig(beta=0); pass beta= instead")
+            self._loss_inputs: dict | None = None  # the inputs of the loss being computed
+            super().__init__(*args, **kwargs)  # beta = 0: TRL loads no reference model
+            self.beta = beta
+            self.ref_model = RegimeRefSlot() if beta != 0.0 else None
+
+        def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:
+            """[B, logits_to_keep] the reference's log-probs of the completion tokens (TRL's reference call)."""
+            raise NotImplementedError
+
+        def loss_reference(self, ref_logps: torch.Tensor, policy_logps: torch.Tensor) -> torch.Tensor:
+            """The reference log-probs TRL's loss uses, given the loss-time policy log-probs (default: as is)."""
+            return ref_logps
+
+        def policy_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:
+            """[B, logits_to_keep] the policy's log-probs of the completion tokens, computed as TRL computes them."""
+            logps, _, _ = super()._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size
+            )
+            return logps
+
+        def log_metric(self, name: str, value: float) -> None:
+            """One value of a metric of the current mode, averaged into TRL's next log."""
+            self._metrics["train" if self.model.training else "eval"][name].append(value)
+
+        @property
+        def train_tokens(self) -> int:
+            """TRL's own token counter (GRPO counts in the Trainer state; kept for the resume record)."""
+            return self._total_train_tokens
+
+        @train_tokens.setter
+        def train_tokens(self, n: int) -> None:
+            self._total_train_tokens = n
+
+        def _compute_loss(self, model, inputs):
+            if not self.kl_in_loss and self.beta != 0.0:
+                beta, self.beta = self.beta, 0.0
+                try:
+                    return super()._compute_loss(model, inputs)
+                finally:
+                    self.beta = beta
+            self._loss_inputs = dict(inputs)
+            try:
+                return super()._compute_loss(model, self._loss_inputs)
+            finally:
+                self._loss_inputs = None
+
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            *args,
+            **kwargs,
+        ):
+            if isinstance(model, RegimeRefSlot):
+                return self.reference_token_logps(input_ids, attention_mask, logits_to_keep, batch_size), None, None
+            out = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs
+            )
+            inputs = self._loss_inputs
+            if inputs is not None and inputs.get("ref_per_token_logps") is not None:  # TRL reads it next
+                inputs["ref_per_token_logps"] = self.loss_reference(inputs["ref_per_token_logps"], out[0])
+            return out
+
+    return FencedGRPOTrainer

@@ -1,0 +1,65 @@
+"""Token log-probs and next-token scores of a causal LM: the one place they are computed from a model.
+
+Per-token log-probs of given tokens go through TRL's fused LM head (no [B, T, V] logits; the same kernel
+TRL's trainers use for the policy, so a reference equal to the policy gives exactly equal log-probs). The
+fused head is TRL's private business: :mod:`ablate.algos.trl_fence` installs and calls it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ablate.algos import trl_fence
+
+if TYPE_CHECKING:
+    from ablate.refs.base import TokenBatch
+
+
+def add_logprob_head(model: torch.nn.Module) -> None:
+    """Install TRL's fused LM head on ``model`` unless it has one (ours, or a TRL trainer's on the policy)."""
+    trl_fence.add_fused_head(model)
+
+
+def has_logprob_head(model: torch.nn.Module) -> bool:
+    """True when ``model`` already has TRL's fused LM head."""
+    return trl_fence.has_fused_head(model)
+
+
+def response_labels(batch: TokenBatch) -> torch.Tensor:
+    """The batch's tokens with every non-response position set to -100 (not scored)."""
+    return batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
+
+
+def head_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1] float32 log-probs of the response tokens (0 elsewhere) through a fused head already installed
+    on ``model`` or on the model it wraps (a peft model's base model), without gradients."""
+    with torch.no_grad():
+        out = trl_fence.fused_logprobs(model, batch.input_ids, batch.attention_mask, response_labels(batch))
+    return out.float()
+
+
+def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1] log-probs of the response tokens under ``model`` (0 at non-response positions)."""
+    add_logprob_head(model)
+    return head_logprobs(model, batch)
+
+
+def next_token_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1, V] float32 next-token logits at each position (unnormalised log-scores: no copy is made
+    when the model's logits are float32; the audit normalises them in float64, a chunk at a time)."""
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+    return logits[:, :-1].float()
+
+
+def next_token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1, V] float32 next-token log-probs at each position (normalised in float32)."""
+    return torch.log_softmax(next_token_logits(model, batch), dim=-1)
+
+
+def logits_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[B, T] float32 log-probs of ``tokens`` [B, T] under next-token ``logits`` [B, T, V] (full log-softmax;
+    keeps the gradient)."""
+    return torch.log_softmax(logits.float(), -1).gather(-1, tokens[..., None]).squeeze(-1)
