@@ -7,32 +7,30 @@ input gets one clear line and exit code 2 before any model loads.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import itertools
 import logging
 import os
 import sys
 
-from ablate.errors import CFG_HINT, AblateError, ConfigError, MissingAsset, one_line, parse_error, sweep_hint
+from ablate.errors import AblateError, ConfigError, MissingAsset, one_line, parse_error, sweep_hint
 from ablate.paths import config_dir
+from ablate.versions import required
 
-CONFIG_NAME = "config"
-
-# package (import name) -> (pip name, why it is needed)
+# package (import name) -> (pip install argument, why it is needed); the versions are ablate.versions'
 REQUIRED = {
-    "torch": ("torch==2.13.0", "everything"),
-    "transformers": ("transformers==5.24.0", "models"),
-    "trl": ("trl==1.16.0", "DPO/GRPO trainers"),
-    "vaderSentiment": ("vaderSentiment==3.3.2", "the gold reward"),
-    "profanity_check": ("alt-profanity-check==1.9.1", "the safety judge"),
-    "gguf": ("gguf", "reading SmolLM2's GGUF file"),
+    **required("torch", "torch", "everything"),
+    **required("transformers", "transformers", "models"),
+    **required("trl", "trl", "DPO/GRPO trainers"),
+    **required("vaderSentiment", "vaderSentiment", "the gold reward"),
+    **required("profanity_check", "alt-profanity-check", "the safety judge"),
+    **required("gguf", "gguf", "reading SmolLM2's GGUF file"),
 }
 # imported while composing, before check_packages can look (a missing one is named, not traced)
 COMPOSE_TIME = {
-    "hydra": ("hydra-core==1.3.8", "the command line"),
-    "omegaconf": ("hydra-core==1.3.8", "configs"),
-    "huggingface_hub": ("transformers==5.24.0", "models"),
+    **required("hydra", "hydra-core", "the command line"),
+    **required("omegaconf", "hydra-core", "configs"),
+    **required("huggingface_hub", "transformers", "models"),
 }
 
 _friendly = one_line  # the name ablate.bench imports
@@ -110,13 +108,14 @@ def _check_shape(ov, multirun: bool) -> None:
 def _launcher_check(argv: list[str]) -> None:
     """The launcher overrides compose (a misspelt ``hydra.launcher.*`` key, a missing required value): one
     line, before anything runs."""
-    from hydra import compose
     from omegaconf import OmegaConf
+
+    from ablate.compose import compose_raw
 
     hydra_args = [a for a in argv if not _is_flag(a) and a.lstrip("+~").startswith("hydra")]
     if not hydra_args:
         return
-    cfg = compose(config_name=CONFIG_NAME, overrides=hydra_args, return_hydra_config=True)
+    cfg = compose_raw(*hydra_args, hydra=True)
     missing = sorted(OmegaConf.missing_keys(cfg.hydra.launcher))
     if missing:
         launcher = cfg.hydra.runtime.choices.get("hydra/launcher")
@@ -130,12 +129,12 @@ def check_packages(cfg) -> None:
     """Raise MissingAsset naming the package and the install command."""
     need = dict(REQUIRED)
     if cfg.logger.name == "wandb":
-        need["wandb"] = ("wandb==0.31.0", "logger=wandb (or use logger=none)")
+        need.update(required("wandb", "wandb", "logger=wandb (or use logger=none)"))
     if cfg.model.adapter.enabled:
-        need["peft"] = ("peft==0.21.2", "model.adapter.enabled=true")
+        need.update(required("peft", "peft", "model.adapter.enabled=true"))
     from ablate.refs import regime_class
 
-    need.update(getattr(regime_class(cfg.ref.name), "required_packages", {}))
+    need.update(regime_class(cfg.ref.name).required_packages)
     for mod, (pip_name, why) in need.items():
         if importlib.util.find_spec(mod) is None:
             raise MissingAsset(f"missing package {mod!r} (needed for {why}); install it with: pip install {pip_name}")
@@ -145,34 +144,14 @@ def check_packages(cfg) -> None:
         gguf_path()
 
 
-def refuse_unknown_keys(raw) -> None:
-    """Raise ConfigError for the first key of a composed config that no schema defines (``+algo.betta=0.3``
-    composes without complaint: Hydra's ``+`` adds keys unchecked)."""
-    from ablate.config import unknown_keys
-
-    unknown = unknown_keys(raw)
-    if not unknown:
-        return
-    key, known = next(iter(unknown.items()))
-    parent, _, leaf = key.rpartition(".")
-    close = difflib.get_close_matches(leaf, known, n=1)
-    hint = f" (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else ""
-    raise ConfigError(f"unknown key {key!r}{hint}; keys the schema lacks are refused, with or without '+': {CFG_HINT}")
-
-
 def check_job(overrides: list[str]) -> None:
-    """Compose one job and run every check that needs no model: schema, ranges, combinations, packages,
-    device, model source. Needs an initialised Hydra (see :func:`preflight`)."""
-    from hydra import compose
-    from omegaconf import OmegaConf
-
+    """Compose one job and run every check that needs no model: schema, unknown keys, ranges, combinations,
+    packages, device, model source."""
+    from ablate.compose import compose
     from ablate.config import validate
     from ablate.models.loading import check_source
 
-    raw = compose(config_name=CONFIG_NAME, overrides=overrides)
-    refuse_unknown_keys(raw)
-    raw.out_dir = "."  # the hydra:runtime interpolation does not resolve outside a run
-    cfg = OmegaConf.to_object(raw)
+    cfg = compose(*overrides)
     validate(cfg)
     check_packages(cfg)
     check_source(cfg.model)
@@ -181,35 +160,32 @@ def check_job(overrides: list[str]) -> None:
 def preflight(argv: list[str]) -> int:
     """Compose and validate every job; returns the number of jobs. Raises AblateError (one line). Leaves
     Hydra's global state as it found it: cleared."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ablate.config import register_configs
+    from ablate.compose import hydra_session, register_configs
 
     register_configs()
     try:
         jobs = _job_overrides(argv)
     except HydraException as e:
         raise ConfigError(parse_error(e)) from None
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="ablate"):
+    with hydra_session():
+        try:
+            _launcher_check(argv)
+        except (HydraException, OmegaConfBaseException, ValueError) as e:
+            raise ConfigError(one_line(e)) from None
+        for overrides in jobs:
+            where = f" (job: {' '.join(overrides)})" if len(jobs) > 1 else ""
             try:
-                _launcher_check(argv)
+                check_job(overrides)
+            except AblateError as e:
+                raise type(e)(f"{e}{where}") from None
             except (HydraException, OmegaConfBaseException, ValueError) as e:
-                raise ConfigError(one_line(e)) from None
-            for overrides in jobs:
-                where = f" (job: {' '.join(overrides)})" if len(jobs) > 1 else ""
-                try:
-                    check_job(overrides)
-                except AblateError as e:
-                    raise type(e)(f"{e}{where}") from None
-                except (HydraException, OmegaConfBaseException, ValueError) as e:
-                    raise ConfigError(f"{one_line(e)}{where}") from None
-    finally:
-        GlobalHydra.instance().clear()
+                raise ConfigError(f"{one_line(e)}{where}") from None
+    from ablate.algos import trl_fence
+
+    trl_fence.check()  # an incompatible TRL fails here, in one line, not mid-run
     return len(jobs)
 
 
@@ -231,6 +207,8 @@ def _error_exit(message: str) -> None:
 def _hydra_main() -> None:
     import hydra
     from omegaconf import DictConfig
+
+    from ablate.compose import CONFIG_NAME
 
     @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=CONFIG_NAME)
     def _app(cfg: DictConfig) -> dict:
@@ -282,7 +260,7 @@ def main() -> None:
     from ablate.runtime import tune_allocator
 
     tune_allocator()
-    from ablate.config import register_configs
+    from ablate.compose import register_configs
 
     register_configs()
     _hydra_main()

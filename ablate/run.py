@@ -13,35 +13,19 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config import Config, validate, value_of
+from ablate.config import Config, validate
+from ablate.pipeline import train_and_evaluate
+from ablate.ref_metrics import cost_metrics
+from ablate.tracking import checkpoint, resume, schema
 from ablate.tracking.memory import peak_rss_bytes
+from ablate.tracking.provenance import provenance
 from ablate.tracking.run_dir import RunFolder, to_python
 
 log = logging.getLogger(__name__)
 
-# summary.json key <- logged metric name
-SUMMARY_FROM_METRICS = {
-    "win_rate": "eval/win_rate",
-    "win_rate_lo": "eval/win_rate_lo",
-    "win_rate_hi": "eval/win_rate_hi",
-    "reward_gold": "eval/reward_gold",
-    "reward_gold_sft": "eval/reward_gold_sft",
-    "reward_proxy": "eval/reward_proxy",
-    "kl_true": "kl/true",
-    "kl_true_k1": "kl/true_k1",
-    "kl_true_k3": "kl/true_k3",
-    "kl_approx": "kl/approx",
-    "kl_abs_err": "kl/abs_err",
-    "logp_mae": "kl/logp_mae",
-    "logp_rmse": "kl/logp_rmse",
-    "logp_max_err": "kl/logp_max_err",
-    "ppl": "eval/ppl",
-    "length": "eval/length",
-    "rep_2": "eval/rep_2",
-    "distinct_2": "eval/distinct_2",
-    "unsafe_rate": "eval/unsafe_rate",
-}
-STEP0_KEYS = ("kl_true", "kl_approx", "kl_abs_err", "logp_mae", "logp_rmse", "logp_max_err")
+# summary.json key <- logged metric name, and the keys with a step-0 copy: read from the metric schema
+SUMMARY_FROM_METRICS = schema.from_eval()
+STEP0_KEYS = schema.step0_keys()
 NAN = float("nan")
 
 
@@ -89,39 +73,29 @@ class JobState:
         )
 
 
-def cost_metrics(reference, steps: int, cache_bytes: int = 0) -> dict[str, float]:
-    c = reference.cost()
-    return {
-        "cost/ref_bytes": float(c.bytes_held),
-        "cost/ref_ms_per_step": c.forward_s * 1000.0 / steps if steps else NAN,
-        "cost/ref_setup_s": c.setup_s,
-        "cost/ref_cache_bytes": float(c.cache_bytes + cache_bytes),
-        "cost/ref_forward_calls": float(c.forward_calls),
-        # regime-specific figures (hit rate, distillation KL, EMA updates, storage per position, ...)
-        **{f"cost/ref_{k}": float(v) for k, v in c.extra.items() if isinstance(v, (int, float))},
-    }
-
-
 def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    m = state.last_eval.metrics if state.last_eval is not None else {}
+    """summary.json: the metric schema's summary keys from the last evaluation (and the first, at step 0), the
+    reference's cost, wall time and memory, why each NaN is NaN, then ``extra``."""
+    at_step0 = state.first_eval is not None and state.first_eval.step == 0
+    m = schema.complete(state.last_eval.metrics) if state.last_eval is not None else {}
     summary: dict[str, Any] = {"status": state.status, "steps": state.steps}
-    for key, metric in SUMMARY_FROM_METRICS.items():
+    for key, metric in schema.from_eval().items():
         summary[key] = m.get(metric, NAN)
-    if state.first_eval is not None and state.first_eval.step == 0:
-        for key in STEP0_KEYS:
-            summary[f"{key}_step0"] = state.first_eval.metrics.get(SUMMARY_FROM_METRICS[key], NAN)
-    summary["ref_bytes"] = cost["cost/ref_bytes"]
-    summary["ref_ms_per_step"] = cost["cost/ref_ms_per_step"]
-    summary["ref_setup_s"] = cost["cost/ref_setup_s"]
-    summary["ref_cache_bytes"] = cost["cost/ref_cache_bytes"]
-    summary["ref_forward_calls"] = cost["cost/ref_forward_calls"]
+    if at_step0:
+        m0 = schema.complete(state.first_eval.metrics)
+        for key in schema.step0_keys():
+            summary[f"{key}_step0"] = m0.get(schema.logged(key), NAN)
+    for key, metric in schema.from_cost().items():
+        summary[key] = cost[metric]
     for key, value in cost.items():  # regime-specific extras, e.g. ref_hit_rate, ref_distill_kl_heldout
         summary.setdefault(key.removeprefix("cost/"), value)
     summary["wall_s"] = wall_s
     summary["peak_rss_bytes"] = peak_rss_bytes()
     reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}
-    if state.first_eval is not None and state.first_eval.step == 0:
+    if at_step0:
         reasons.update({f"{k}_step0": v for k, v in state.first_eval.nan_reasons.items()})
+    for key, why in {**schema.derived_reasons(reasons), **schema.derived_reasons(reasons, "_step0")}.items():
+        reasons.setdefault(key, why)
     if state.last_eval is None:
         reasons.setdefault("win_rate", f"no evaluation completed ({state.reason or 'run ended early'})")
     if not state.steps:
@@ -151,12 +125,12 @@ def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None]:
 def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
     from ablate.tracking.wandb_logger import NullLogger, WandbLogger, flatten_config
 
-    if cfg.logger.name == "none" or value_of(cfg.logger.mode) == "disabled":
+    if cfg.logger.name == "none" or cfg.logger.mode == "disabled":
         return NullLogger()
     group, name = _job_identity(raw)
     return WandbLogger(
         project=cfg.logger.project,
-        mode=value_of(cfg.logger.mode),
+        mode=cfg.logger.mode,
         group=cfg.logger.group or group,
         job_type=cfg.algo.name,
         name=name or out_dir.name,
@@ -198,8 +172,6 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     A folder that already holds this job (same resolved config) is not redone: ``finished`` is returned
     as it stands, an interrupted or failed job resumes from its last complete checkpoint. Anything else
     already in the folder (another config, a job without checkpoint) is moved to ``previous/<n>/``."""
-    from ablate.tracking import resume
-
     cfg: Config = OmegaConf.to_object(raw)
     validate(cfg)
     out_dir = Path(cfg.out_dir)
@@ -218,42 +190,39 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         folder.truncate_metrics(state.steps)
     logger = make_logger(cfg, raw, out_dir)
     state.t0 = time.perf_counter() - state.wall_s
-    reference = None
-    extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
-    if decision.checkpoint is not None:
-        extra["resumed_from_step"] = state.steps
-    from ablate.tracking.provenance import provenance
+    extra = job_extra(cfg, resumed_from=state.steps if decision.checkpoint is not None else None)
+    summary = train_and_summarise(cfg, folder, logger, state, extra, decision.checkpoint)
+    if state.status in ("finished", "diverged") and not cfg.checkpoint.keep:  # final: nothing to resume
+        checkpoint.remove_all(out_dir)
+    log.info("run folder: %s (status %s)", out_dir, state.status)
+    return summary
 
+
+def job_extra(cfg: Config, resumed_from: int | None) -> dict[str, Any]:
+    """What the summary records about the job itself: regime, algorithm, model, seed, the step a resumed job
+    continued from, and the provenance (code, libraries, machine)."""
+    extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
+    if resumed_from is not None:
+        extra["resumed_from_step"] = resumed_from
     extra["provenance"] = provenance()
+    return extra
+
+
+def train_and_summarise(cfg: Config, folder, logger, state: JobState, extra: dict[str, Any], resume) -> dict[str, Any]:
+    """Train and evaluate; whatever happens, write the summary (a failed job's too: then ``error.txt`` holds the
+    traceback, and the exception is re-raised) and close the logger."""
+    reference = None
     logger.start()
     try:
-        from ablate.pipeline import train_and_evaluate
-
-        reference = train_and_evaluate(cfg, folder, logger, state, extra, resume=decision.checkpoint)
+        reference = train_and_evaluate(cfg, folder, logger, state, extra, resume=resume)
     except BaseException as e:  # record, then re-raise: a failed job still leaves a complete summary
         state.status = "failed"
         state.reason = f"{type(e).__name__}: {e}"
-        (out_dir / "error.txt").write_text(traceback.format_exc())
+        (Path(cfg.out_dir) / "error.txt").write_text(traceback.format_exc())
         raise
     finally:
-        cost = (
-            cost_metrics(reference, state.steps)
-            if reference is not None
-            else {
-                "cost/ref_bytes": NAN,
-                "cost/ref_ms_per_step": NAN,
-                "cost/ref_setup_s": NAN,
-                "cost/ref_cache_bytes": NAN,
-                "cost/ref_forward_calls": NAN,
-            }
-        )
-        summary = build_summary(state, cost, state.elapsed(), extra)
+        summary = build_summary(state, cost_metrics(reference, state.steps), state.elapsed(), extra)
         folder.write_summary({k: to_python(v) for k, v in summary.items()})
         logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
         logger.finish(failed=state.status != "finished")
-    if state.status in ("finished", "diverged") and not cfg.checkpoint.keep:  # final: nothing to resume
-        from ablate.tracking import checkpoint
-
-        checkpoint.remove_all(out_dir)
-    log.info("run folder: %s (status %s)", out_dir, state.status)
     return summary

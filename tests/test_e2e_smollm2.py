@@ -58,7 +58,6 @@ def test_reference_bytes_order_on_smollm2(cache_root):
     cpu = torch.device("cpu")
     source = resolve_source(ModelConfig(name="smollm2"), cache_root)
     ctx = RefContext(
-        config=None,
         model_dir=str(source.path),
         model_fingerprint=source.fingerprint,
         tokenizer=load_tokenizer(source),

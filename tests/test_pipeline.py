@@ -28,3 +28,32 @@ def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
     # at the end: the snapshot taken after step 2, which step 3 trained with; no update after the last step
     assert evals[3]["cost/ref_updates"] == 2 and evals[3]["kl/approx"] > 0
     assert summary["ref_updates"] == 2
+
+
+def test_algorithms_are_looked_up_in_a_registry():
+    """The pipeline picks the trainer from the registry (no if/elif on algorithm names); DPO trains on the pairs
+    and hands the reference its own training batches, the online algorithms do neither."""
+    import pytest
+
+    from ablate.algos.registry import algorithm
+    from ablate.errors import ConfigError
+
+    dpo, grpo, ppo = algorithm("dpo"), algorithm("grpo"), algorithm("ppo")
+    assert (dpo.needs_pairs, dpo.prepares_reference) == (True, True)
+    assert not any(a.needs_pairs or a.prepares_reference for a in (grpo, ppo))
+    with pytest.raises(ConfigError, match="unknown algorithm 'sft'"):
+        algorithm("sft")
+
+
+def test_the_run_reads_top_to_bottom():
+    """No function in pipeline.py or run.py is longer than about 50 lines, and neither names an algorithm."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "ablate"
+    for name in ("pipeline.py", "run.py"):
+        source = (root / name).read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno + 1 <= 55, f"{name}: {node.name} is too long"
+        assert '"dpo"' not in source and '"grpo"' not in source and '"ppo"' not in source, name

@@ -9,89 +9,59 @@ import logging
 import shlex
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
+
+from ablate.bench.config import compose_bench, run_configs
+from ablate.inputs import RunInputs
+from ablate.tasks.pairs import pair_batches
 
 log = logging.getLogger("ablate.bench")
 
 
 @dataclass
 class Pieces:
-    """What every measurement shares: model source, tokenizer, data."""
+    """What every measurement shares: the run's inputs (as a run builds them: ``ablate.inputs.RunInputs``) and
+    the preference pairs."""
 
-    source: Any
-    tokenizer: Any
-    device: torch.device
-    load: Callable[..., torch.nn.Module]
+    inputs: RunInputs
     pairs: list
-    prompts: list[str]
-    reward: Any
-    cache_root: Path
 
+    @property
+    def source(self):
+        return self.inputs.source
 
-def compose_bench(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    @property
+    def tokenizer(self):
+        return self.inputs.tokenizer
 
-    from ablate.bench.config import register
-    from ablate.paths import config_dir
+    @property
+    def device(self) -> torch.device:
+        return self.inputs.device
 
-    register()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="bench"):
-        raw = compose(config_name="bench", overrides=overrides)
-    GlobalHydra.instance().clear()
-    return OmegaConf.to_object(raw)
+    @property
+    def prompts(self) -> list[str]:
+        """The train prompts."""
+        return self.inputs.prompts["train"]
 
+    @property
+    def reward(self):
+        return self.inputs.reward
 
-def run_configs(regimes: list[str], overrides: list[str]) -> dict:
-    """The run config each regime would train with (the bench's model/task/algo overrides applied)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    @property
+    def cache_root(self) -> Path:
+        return self.inputs.cache_root
 
-    from ablate.config import validate
-    from ablate.paths import config_dir
-
-    keep = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] in ("model", "task", "algo", "seed")]
-    out = {}
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="bench"):
-        for r in regimes:
-            raw = compose(config_name="config", overrides=[*keep, f"ref={r}", "logger=none", "checkpoint.interval=0"])
-            raw.out_dir = "."
-            cfg = OmegaConf.to_object(raw)
-            validate(cfg)
-            out[r] = cfg
-    GlobalHydra.instance().clear()
-    return out
+    def load(self, **overrides) -> torch.nn.Module:
+        return self.inputs.load(**overrides)
 
 
 def build_pieces(cfg) -> Pieces:
-    from ablate.models.loading import load_model, load_tokenizer, resolve_device, resolve_source
-    from ablate.paths import cache_root
-    from ablate.tasks.pairs import pairs_for_run
-    from ablate.tasks.prompts import make_prompts
-    from ablate.tasks.reward import GoldReward
-
-    root = cache_root()
-    device = resolve_device(cfg.model.device)
-    source = resolve_source(cfg.model, root)
-    tok = load_tokenizer(source)
-    task = cfg.task
-    prompts = make_prompts(task.n_train, task.n_eval, task.n_test, seed=task.split_seed)
-    reward = GoldReward()
-
-    def load(**kw):
-        return load_model(source, device, **kw)
-
-    pairs, _, _ = pairs_for_run(cfg, root, source, tok, prompts["train"], reward, load)
-    return Pieces(source, tok, device, load, pairs, prompts["train"], reward, root)
+    inputs = RunInputs.build(cfg)
+    pairs, _, _ = inputs.pairs(cfg)
+    return Pieces(inputs, pairs)
 
 
 def throughput(policy, pieces: Pieces, batch, dpo_step_s: float, matmul_n: int, precision: str) -> dict:
@@ -144,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from ablate.bench import report
     from ablate.bench.peak_memory import peak_rss
     from ablate.bench.trainers import harness_vs_trl
-    from ablate.config import value_of
     from ablate.errors import AblateError
-    from ablate.refs.cached import pair_batches
     from ablate.runtime import tune_allocator
     from ablate.tracking.provenance import provenance
 
@@ -185,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = pieces.load()
     full_ref = refs.get("full") or costs_mod.build_regime(configs["full"], pieces)[0]
-    audit = costs_mod.audit_cost(full_ref, policy, batch, value_of(base.eval.precision), bench.repeats)
+    audit = costs_mod.audit_cost(full_ref, policy, batch, base.eval.precision, bench.repeats)
     refs.clear()
 
     trainers = {}
@@ -196,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         trainers[algo] = harness_vs_trl(algo, cfg, pieces, bench.trainer_rounds)
     dpo_step = trainers["dpo"]["harness_s"] if "dpo" in trainers else float("nan")
-    tp = throughput(policy, pieces, batch, dpo_step, bench.matmul_size, value_of(base.model.precision))
+    tp = throughput(policy, pieces, batch, dpo_step, bench.matmul_size, base.model.precision)
 
     full_bytes = float(frame.set_index("regime").loc["full", "bytes_held"]) if "full" in set(frame["regime"]) else 0
     emb = policy.get_input_embeddings().weight
@@ -204,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     notes = {
         "quant": f"bitsandbytes quantises Linear layers only: the token embedding (tied to the LM head) stays in "
         f"full precision and is {emb_share:.0%} of the full reference's bytes",
-        "audit": f"the audit runs the reference in eval.precision={value_of(base.eval.precision)} "
+        "audit": f"the audit runs the reference in eval.precision={base.eval.precision} "
         f"(fp32 keeps the audit's own error far below the regimes' errors it measures), normalises its "
         f"logits with a float64 log-softmax and sums the KL over the whole vocabulary in float64, a chunk "
         f"of response positions at a time; a "
         f"training forward keeps one log-prob per token (TRL's fused LM head, in "
-        f"{value_of(base.model.precision)}); the bf16 figure is below",
+        f"{base.model.precision}); the bf16 figure is below",
         "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "
         f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
         "dpo_trainer": "",
@@ -226,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{hw['torch_threads']}{', GPU ' + hw['gpu'] if 'gpu' in hw else ', no GPU'}.",
         "",
         f"Batch: {B} preference pairs ({2 * B} sequences, {int(batch.attention_mask.sum())} tokens, padded to "
-        f"{batch.input_ids.shape[1]}), model precision {value_of(base.model.precision)}. Every time is a median "
+        f"{batch.input_ids.shape[1]}), model precision {base.model.precision}. Every time is a median "
         f"of interleaved repeats ({bench.repeats} per regime) in this one process, so a busy machine slows all "
         f"alike and the ratios hold better than the absolute times.",
     ]

@@ -26,31 +26,19 @@ class RegimeCost:
 
 
 def build_regime(cfg, pieces) -> tuple[object, float]:
-    """The regime for a composed run config, and its setup wall time (construction + any precompute)."""
-    from ablate.config import value_of
+    """The regime for a composed run config, and its setup wall time (construction + any precompute: ``cached``
+    prepares from the pairs' sequences, as online algorithms prepare it)."""
+    from ablate.inputs import prepare_from_pairs
     from ablate.models.loading import add_adapter
     from ablate.refs import regime_class
-    from ablate.refs.base import RefContext
 
     policy = None
     if cfg.model.adapter.enabled:  # ref=shared: the reference is the policy with its adapter off
         policy = add_adapter(pieces.load(), cfg.model.adapter)
     t0 = time.perf_counter()
-    ctx = RefContext(
-        config=cfg,
-        model_dir=str(pieces.source.path),
-        model_fingerprint=pieces.source.fingerprint,
-        tokenizer=pieces.tokenizer,
-        device=pieces.device,
-        policy=policy,
-        load_model=pieces.load,
-        train_data=pieces.pairs,
-        cache_root=str(pieces.cache_root),
-        precision=value_of(cfg.model.precision),
-    )
+    ctx = pieces.inputs.ref_context(cfg, policy=policy, pairs=pieces.pairs)
     ref = regime_class(cfg.ref.name)(cfg.ref, ctx)
-    if hasattr(ref, "prepare_from_pairs"):  # ref=cached: the pairs' sequences, as DPO precomputes them
-        ref.prepare_from_pairs(pieces.pairs)
+    prepare_from_pairs(ref, pieces.tokenizer, pieces.pairs)
     return ref, time.perf_counter() - t0
 
 

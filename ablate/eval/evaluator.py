@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ablate.config import value_of
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
 from ablate.models.precision import autocast, unwrapped_forward
@@ -83,7 +82,7 @@ class Evaluator:
         self.safety = safety
         self.cfg = eval_cfg
         self.task = task_cfg
-        self.precision = value_of(eval_cfg.precision)  # sampling and scoring precision
+        self.precision = eval_cfg.precision  # sampling and scoring precision
         self.seed = sampling_seed(eval_cfg.seed, run_seed)
         self.device = device
         self._sft: dict | None = None

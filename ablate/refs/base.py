@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -54,25 +54,40 @@ class RefCost:
 
 @dataclass
 class RefContext:
-    """What a regime may need to build itself. Built by the runner, before training."""
+    """What a regime may need to build itself, by name (never the whole run config). Built by the runner,
+    before training (``ablate.inputs.RunInputs.ref_context``)."""
 
-    config: Config
     model_dir: str
     model_fingerprint: str
     tokenizer: Any
     device: torch.device
+    algo: str = "dpo"  # the algorithm's name (dpo | ppo | grpo)
+    max_length: int | None = None  # the algorithm's prompt + response truncation (DPO's), None where it has none
+    precision: str = "fp32"  # the policy's training precision: training-time reference calls use it too
     policy: torch.nn.Module | None = None  # the (possibly peft-wrapped) policy being trained
     load_model: Callable[..., torch.nn.Module] | None = None  # load_model(**overrides) -> frozen eval-mode copy
-    train_data: Any = None  # e.g. DPO pairs, for regimes that precompute
+    train_data: Any = None  # the preference pairs, for regimes built from them (``Reference.needs_pairs``)
     cache_root: str | None = None
-    precision: str = "fp32"  # the policy's training precision: training-time reference calls use it too
 
 
 class Reference(ABC):
     """A stand-in for the frozen reference model.
 
+    Lifecycle, in the order a run drives it:
+
+    1. **build**: ``cls.resolve(cfg)`` then ``cls.check_config(cfg)`` when the config is validated (before
+       anything loads), then ``cls(cfg.ref, ctx)``, which loads, quantises, distils or reads a cache.
+    2. **prepare**: :meth:`prepare` is called at most once, before training, with the training sequences,
+       and only for a regime that declares ``wants_training_data``: the pipeline hands over the preference
+       pairs as token batches (PPO, GRPO); DPO's trainer hands over its own collator's batches instead.
+    3. **use**: :meth:`logprobs` (training, timed as cost), :meth:`audit_logprobs` and :meth:`distribution`
+       (the evaluator's audits, not timed); DPO also asks :meth:`dpo_loss_types` and :meth:`extra_loss`.
+    4. **step**: :meth:`step` after every optimiser step but the last (EMA and snapshot update there).
+    5. **account**: :meth:`cost` for the summary; :meth:`state_dict` / :meth:`load_state_dict` for checkpoints.
+
+    Every hook a caller uses is declared here with a neutral default: callers never probe for one.
     Subclasses implement :meth:`_logprobs` (and :meth:`_distribution` where they can); the public
-    methods add timing for the cost accounting. ``step`` is called after every optimiser step.
+    methods add timing for the cost accounting.
 
     A regime may have no reference term for some rows (``ref=cached`` with ``miss=skip``, for a
     freshly sampled response): :meth:`logprobs` then returns that row as NaN in every position (a
@@ -89,6 +104,10 @@ class Reference(ABC):
     has_reference: ClassVar[bool] = True
     #: True when the regime is built from the preference pairs (cached, distilled), whatever the algorithm.
     needs_pairs: ClassVar[bool] = False
+    #: True when the regime wants the training sequences through :meth:`prepare` (cached).
+    wants_training_data: ClassVar[bool] = False
+    #: Packages the regime needs beyond the base install: import name -> (pip requirement, who needs it).
+    required_packages: ClassVar[dict[str, tuple[str, str]]] = {}
 
     def __init__(self, cfg: RefConfig, ctx: RefContext):
         self.cfg = cfg
@@ -96,7 +115,22 @@ class Reference(ABC):
         self._cost = RefCost()
         self._timing = True
 
-    # --- the interface --------------------------------------------------------------------------
+    # --- build: checks and settings resolved when the config is validated ---------------------------------
+    @classmethod
+    def resolve(cls, cfg: Config) -> None:
+        """Settle, in place, the regime's settings that depend on the rest of the config (``ref=cached``:
+        ``miss=auto``), when the config is validated. No-op by default."""
+
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """Raise ConfigError (one line) for impossible combinations, before anything loads."""
+
+    # --- prepare ------------------------------------------------------------------------------------------
+    def prepare(self, batches: Iterable[TokenBatch]) -> None:
+        """Called once, before training, with the training sequences, for a regime that declares
+        ``wants_training_data`` (see the class docstring). No-op by default."""
+
+    # --- use ---------------------------------------------------------------------------------------------
     def logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1] reference log-probs of the response tokens (0 elsewhere), computed in the policy's
         training precision (as a stock TRL reference model would be); a row with no reference term is
@@ -120,8 +154,20 @@ class Reference(ABC):
         in float64 (``ablate.eval.kl.audit_terms``). For audits: not timed as training cost."""
         return self._distribution(batch)
 
+    def dpo_loss_types(self, loss_type: str) -> tuple[list[str], list[float] | None]:
+        """TRL's DPO ``loss_type`` list and ``loss_weights`` for this regime, given the configured loss type:
+        by default that loss alone, unweighted (``ref=none`` adds SimPO or SFT replay)."""
+        return [loss_type], None
+
+    def extra_loss(self, policy: torch.nn.Module) -> torch.Tensor | None:
+        """A term added to the training loss (``ref=none``: L2 to the initial weights); None by default."""
+        return None
+
+    # --- step ---------------------------------------------------------------------------------------------
     def step(self, policy: torch.nn.Module, step: int) -> None:
         """Hook after each optimiser step (EMA and snapshot update here)."""
+
+    # --- account ------------------------------------------------------------------------------------------
 
     def cost(self) -> RefCost:
         return self._cost
@@ -135,15 +181,7 @@ class Reference(ABC):
         self._cost.forward_s = float(state.get("forward_s", 0.0))
         self._cost.forward_calls = int(state.get("forward_calls", 0))
 
-    @classmethod
-    def check_config(cls, cfg: Config) -> None:
-        """Raise ConfigError (one line) for impossible combinations, before anything loads."""
-
-    def unavailable_reason(self) -> str | None:
-        """Why approximate KL cannot be computed for this regime (None if it can)."""
-        return None
-
-    # --- for subclasses -------------------------------------------------------------------------
+    # --- for subclasses ----------------------------------------------------------------------------------
     @abstractmethod
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor: ...
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.cache import CacheEntry
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.models.precision import autocast
 from ablate.refs.base import Reference, TokenBatch, module_bytes, register
 from ablate.refs.model_backed import freeze, token_logprobs
@@ -39,15 +39,17 @@ VALUES, INDEX = "logps.safetensors", "index.json"
 @dataclass
 class CachedRefConfig(RefConfig):
     name: str = "cached"
-    miss: str = "auto"  # skip | fallback | error | auto (error for DPO, skip for online algorithms)
-    batch_size: int = 8  # precompute batch size (does not change the values)
+    miss: str = (
+        "auto"  # skip | fallback | error | auto (settled by validate: error for DPO, skip for online algorithms)
+    )
+    batch_size: int = 8  # precompute batch size, in sequences (does not change the values)
 
     def __post_init__(self) -> None:
-        _check(
+        require(
             self.miss in ("skip", "fallback", "error", "auto"),
             f"ref.miss must be skip, fallback, error or auto, got {self.miss!r}",
         )
-        _check(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
+        require(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
 
 
 def row_key(batch: TokenBatch, i: int) -> str:
@@ -62,6 +64,12 @@ def row_key(batch: TokenBatch, i: int) -> str:
 class CachedReference(Reference):
     wants_training_data = True
     needs_pairs = True
+
+    @classmethod
+    def resolve(cls, cfg) -> None:
+        """``miss=auto``: ``error`` for DPO (every training pair is cached), ``skip`` for online algorithms."""
+        if cfg.ref.miss == "auto":
+            cfg.ref.miss = "error" if cfg.algo.name == "dpo" else "skip"
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -80,9 +88,11 @@ class CachedReference(Reference):
 
     def __init__(self, cfg: CachedRefConfig, ctx):
         super().__init__(cfg, ctx)
-        if cfg.miss == "auto":
-            algo = getattr(getattr(ctx.config, "algo", None), "name", "dpo")
-            self.cfg = cfg = CachedRefConfig(**{**vars(cfg), "miss": "error" if algo == "dpo" else "skip"})
+        require(
+            cfg.miss != "auto",
+            "ref.miss=auto is settled when the config is validated (ablate.config.validate): "
+            "build CachedReference with miss=skip, fallback or error",
+        )
         self.index: dict[str, int] | None = None
         self.values: torch.Tensor | None = None
         self.offsets: torch.Tensor | None = None
@@ -94,11 +104,10 @@ class CachedReference(Reference):
     def cache_key(self, data_fingerprint: str) -> dict:
         from ablate.models.loading import tokenizer_fingerprint
 
-        algo = getattr(self.ctx.config, "algo", None)
         return {
             "model": self.ctx.model_fingerprint,
             "tokenizer": tokenizer_fingerprint(self.ctx.tokenizer),
-            "max_length": getattr(algo, "max_length", None),
+            "max_length": self.ctx.max_length,
             "truncation": "keep_start",
             "data": data_fingerprint,
             "precision": str(self.ctx.precision),
@@ -106,7 +115,9 @@ class CachedReference(Reference):
         }
 
     def prepare(self, batches: Iterable[TokenBatch]) -> None:
-        """Precompute (or load) the log-probs of every sequence in ``batches``."""
+        """Precompute (or load) the log-probs of every sequence in ``batches``: DPO's training sequences as its
+        collator builds them, or (online algorithms) the preference pairs' sequences, the fixed dataset this
+        regime can serve; freshly sampled responses then follow ``miss``."""
         t0 = time.perf_counter()
         batches = list(batches)
         keys = [row_key(b, i) for b in batches for i in range(b.input_ids.shape[0])]
@@ -118,11 +129,6 @@ class CachedReference(Reference):
         self._cost.setup_s += time.perf_counter() - t0
         self._cost.cache_bytes = self.entry.nbytes()
         self._update_bytes()
-
-    def prepare_from_pairs(self, pairs) -> None:
-        """For online algorithms: cache the preference pairs' sequences (chat template applied), the fixed
-        dataset this regime can serve; freshly sampled responses then follow ``miss``."""
-        self.prepare(pair_batches(self.ctx.tokenizer, pairs or [], self.cfg.batch_size))
 
     def _build(self, batches: list[TokenBatch], keys: list[str]) -> None:
         from safetensors.torch import save_file
@@ -228,27 +234,3 @@ class CachedReference(Reference):
             "ref=cached stores only per-token log-probs of its dataset: it has no "
             "next-token distribution for fresh samples"
         )
-
-
-def pair_batches(tok, pairs, batch_size: int) -> list[TokenBatch]:
-    """The pairs' chosen and rejected sequences (chat template applied, EOS after each response) as
-    right-padded batches with completion masks."""
-    from ablate.models.sampling import chat_prompt_texts
-
-    rows = []
-    for p in pairs:
-        prompt_ids = tok(chat_prompt_texts(tok, [p.prompt])[0], add_special_tokens=False)["input_ids"]
-        for response in (p.chosen, p.rejected):
-            resp_ids = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
-    batches = []
-    for i in range(0, len(rows), batch_size):
-        chunk = rows[i : i + batch_size]
-        width = max(len(r[0]) for r in chunk)
-        ids = torch.full((len(chunk), width), tok.pad_token_id)
-        att = torch.zeros((len(chunk), width), dtype=torch.long)
-        comp = torch.zeros((len(chunk), width), dtype=torch.long)
-        for j, (r, m) in enumerate(chunk):
-            ids[j, : len(r)], att[j, : len(r)], comp[j, : len(r)] = torch.tensor(r), 1, torch.tensor(m)
-        batches.append(TokenBatch(ids, att, comp))
-    return batches

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.algos.simpo import SimPOParams
-from ablate.config import RefConfig, _check
+from ablate.config import RefConfig, require
 from ablate.refs.base import Reference, TokenBatch, register
 
 
@@ -29,11 +29,11 @@ class NoneRefConfig(RefConfig):
     l2_init: float = 0.0
 
     def __post_init__(self) -> None:
-        _check(self.loss in ("dpo", "simpo"), f"ref.loss must be dpo or simpo, got {self.loss!r}")
-        _check(self.simpo_beta > 0, f"ref.simpo_beta must be > 0, got {self.simpo_beta}")
-        _check(self.simpo_gamma >= 0, f"ref.simpo_gamma must be >= 0, got {self.simpo_gamma}")
-        _check(self.sft_weight >= 0, f"ref.sft_weight must be >= 0, got {self.sft_weight}")
-        _check(self.l2_init >= 0, f"ref.l2_init must be >= 0, got {self.l2_init}")
+        require(self.loss in ("dpo", "simpo"), f"ref.loss must be dpo or simpo, got {self.loss!r}")
+        require(self.simpo_beta > 0, f"ref.simpo_beta must be > 0, got {self.simpo_beta}")
+        require(self.simpo_gamma >= 0, f"ref.simpo_gamma must be >= 0, got {self.simpo_gamma}")
+        require(self.sft_weight >= 0, f"ref.sft_weight must be >= 0, got {self.sft_weight}")
+        require(self.l2_init >= 0, f"ref.l2_init must be >= 0, got {self.l2_init}")
 
 
 @register("none", NoneRefConfig)
@@ -46,16 +46,13 @@ class NoReference(Reference):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        _check(
+        require(
             cfg.ref.loss == "dpo" or cfg.algo.name == "dpo",
             f"ref.loss={cfg.ref.loss} is a DPO loss: it does nothing with algo={cfg.algo.name} (drop it)",
         )
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1, device=batch.input_ids.device)
-
-    def unavailable_reason(self) -> str:
-        return "ref=none trains without a reference: there is no approximate KL"
 
     def dpo_loss_types(self, loss_type: str) -> tuple[list[str], list[float] | None]:
         types = ["sigmoid_norm" if self.cfg.loss == "simpo" else loss_type]

@@ -17,8 +17,9 @@ import torch
 
 from ablate.refs.base import TokenBatch
 from ablate.refs.model_backed import ModelReference
+from ablate.versions import required
 
-BNB = {"bitsandbytes": ("bitsandbytes==0.50.2", "ref=int8 / ref=nf4")}
+BNB = required("bitsandbytes", "bitsandbytes", "ref=int8 / ref=nf4")
 
 
 def quiet_bitsandbytes() -> None:

@@ -82,7 +82,6 @@ def ctx(source4, tok, loads, tmp_path_factory):
         return load_model(source4, CPU, **kw)
 
     return RefContext(
-        config=None,
         model_dir=str(source4.path),
         model_fingerprint=source4.fingerprint,
         tokenizer=tok,

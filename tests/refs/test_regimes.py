@@ -189,7 +189,7 @@ def test_shared_is_the_policy_without_its_adapter(ref_ctx, full, batch, tiny_sou
 # ---------------------------------------------------------------------------------- cached
 def test_cached_equals_full_on_its_data_with_no_forwards(ref_ctx, full, batch, cache_root):
     ref_ctx.cache_root = str(cache_root)
-    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    ref = CachedReference(CachedRefConfig(miss="error"), ref_ctx)
     ref.prepare([batch])
     assert torch.allclose(ref.logprobs(batch), full.logprobs(batch), atol=1e-6)
     # a batch padded differently, in another order, is still a hit: lookups are by content
@@ -243,13 +243,13 @@ def test_cached_skip_is_refused_for_dpo(tmp_path):
 
 def test_cached_corrupted_file_is_detected_and_rebuilt(ref_ctx, full, batch, tmp_path, caplog):
     ref_ctx.cache_root = str(tmp_path)
-    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    ref = CachedReference(CachedRefConfig(miss="error"), ref_ctx)
     ref.prepare([batch])
     values = ref.entry.path / "logps.safetensors"
     blob = bytearray(values.read_bytes())
     blob[-3] ^= 0xFF
     values.write_bytes(bytes(blob))
-    again = CachedReference(CachedRefConfig(), ref_ctx)
+    again = CachedReference(CachedRefConfig(miss="error"), ref_ctx)
     with caplog.at_level("WARNING"):
         again.prepare([batch])
     assert "failed its checksum" in caplog.text
@@ -257,19 +257,13 @@ def test_cached_corrupted_file_is_detected_and_rebuilt(ref_ctx, full, batch, tmp
 
 
 def test_cached_key_changes_with_every_input(ref_ctx, tokenizer):
-    from omegaconf import OmegaConf
-
-    from tests.conftest import compose
-
-    raw = compose("model=tiny")
-    raw.out_dir = "."
-    ref_ctx.config = OmegaConf.to_object(raw)
-    ref = CachedReference(CachedRefConfig(), ref_ctx)
+    ref = CachedReference(CachedRefConfig(miss="error"), ref_ctx)
+    ref_ctx.max_length = 256
     base = ref.cache_key("data")
     assert ref.cache_key("data2") != base
-    ref_ctx.config.algo.max_length = 128
+    ref_ctx.max_length = 128
     assert ref.cache_key("data") != base
-    ref_ctx.config.algo.max_length = 256
+    ref_ctx.max_length = 256
     fp = ref_ctx.model_fingerprint
     ref_ctx.model_fingerprint = "tiny:other"
     assert ref.cache_key("data") != base
@@ -283,3 +277,48 @@ def test_cached_key_changes_with_every_input(ref_ctx, tokenizer):
         tokenizer.chat_template = old
     ref_ctx.precision = "bf16"
     assert ref.cache_key("data") != base
+
+
+def test_cached_miss_auto_is_settled_by_validate_not_at_run_time(tmp_path, ref_ctx):
+    """``ref.miss=auto`` becomes error (DPO) or skip (online) when the config is validated; the regime never
+    rewrites its own config, and refuses an unsettled ``auto``."""
+    from ablate.config import validate
+    from ablate.errors import ConfigError
+    from tests.conftest import typed_config
+
+    for algo, miss in (("dpo", "error"), ("grpo", "skip"), ("ppo", "skip")):
+        cfg = typed_config(tmp_path, "model=tiny", f"algo={algo}", "ref=cached")
+        assert cfg.ref.miss == "auto"
+        validate(cfg)
+        assert cfg.ref.miss == miss
+    with pytest.raises(ConfigError, match="miss=auto is settled when the config is validated"):
+        CachedReference(CachedRefConfig(), ref_ctx)
+
+
+def test_cached_reads_the_algorithm_by_name_not_the_config(ref_ctx):
+    """The regime's context carries the algorithm's name and max length, not the run's config."""
+    import dataclasses
+
+    from ablate.refs.base import RefContext
+
+    names = {f.name for f in dataclasses.fields(RefContext)}
+    assert {"algo", "max_length", "precision", "device"} <= names
+    ref = CachedReference(CachedRefConfig(miss="error"), dataclasses.replace(ref_ctx, max_length=77))
+    assert ref.cache_key("data")["max_length"] == 77
+
+
+def test_every_hook_a_caller_uses_is_declared_on_the_base_with_a_neutral_default(ref_ctx, batch):
+    """Callers never probe a regime for a hook: the base declares each one, and its default changes nothing."""
+    from ablate.refs.base import Reference
+
+    class Plain(Reference):
+        def _logprobs(self, b):
+            return torch.zeros(b.input_ids.shape[0], b.input_ids.shape[1] - 1)
+
+    ref = Plain(None, ref_ctx)
+    assert (ref.wants_training_data, ref.needs_pairs, ref.required_packages) == (False, False, {})
+    assert ref.prepare([batch]) is None and ref.cost().setup_s == 0.0
+    assert ref.extra_loss(torch.nn.Linear(2, 2)) is None
+    assert ref.dpo_loss_types("sigmoid") == (["sigmoid"], None)
+    assert Plain.resolve(None) is None
+    assert not hasattr(ref, "unavailable_reason") and not hasattr(ref, "prepare_from_pairs")

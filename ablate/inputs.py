@@ -1,0 +1,81 @@
+"""What a run builds before any model trains, shared by the pipeline and the bench: the cache root, the device,
+the model source and its tokenizer, the task's prompts, the gold reward and the safety judge; and from those,
+the preference pairs, a model loader and a reference regime's context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.config import Config
+from ablate.models.loading import ModelSource, load_model, load_tokenizer, resolve_device, resolve_source
+from ablate.paths import cache_root
+from ablate.refs.base import RefContext, Reference
+from ablate.tasks.pairs import Pair, pair_batches, pairs_for_run
+from ablate.tasks.prompts import make_prompts
+from ablate.tasks.reward import GoldReward
+from ablate.tasks.safety import SafetyJudge
+
+
+@dataclass
+class RunInputs:
+    """A run's inputs that hold no trained weights (built once per run, or once per bench)."""
+
+    cache_root: Path
+    device: torch.device
+    source: ModelSource
+    tokenizer: Any
+    prompts: dict[str, list[str]]  # "train", "eval", "test"
+    reward: GoldReward
+    safety: SafetyJudge
+
+    @classmethod
+    def build(cls, cfg: Config) -> RunInputs:
+        root = cache_root()
+        source = resolve_source(cfg.model, root)
+        task = cfg.task
+        return cls(
+            cache_root=root,
+            device=resolve_device(cfg.model.device),
+            source=source,
+            tokenizer=load_tokenizer(source),
+            prompts=make_prompts(task.n_train, task.n_eval, task.n_test, seed=task.split_seed),
+            reward=GoldReward(),
+            safety=SafetyJudge(task.unsafe_threshold),
+        )
+
+    def load(self, **overrides) -> torch.nn.Module:
+        """A fresh copy of the SFT model on the run's device (``overrides``: e.g. a quantisation config)."""
+        return load_model(self.source, self.device, **overrides)
+
+    def pairs(self, cfg: Config) -> tuple[list[Pair], bool, Any]:
+        """The run's preference pairs: ``(pairs, cache hit, cache entry)`` (generated on a miss)."""
+        return pairs_for_run(
+            cfg, self.cache_root, self.source, self.tokenizer, self.prompts["train"], self.reward, self.load
+        )
+
+    def ref_context(self, cfg: Config, *, policy=None, pairs=None) -> RefContext:
+        """What the run's reference regime is built from: the run's settings by name, not its config."""
+        return RefContext(
+            model_dir=str(self.source.path),
+            model_fingerprint=self.source.fingerprint,
+            tokenizer=self.tokenizer,
+            device=self.device,
+            algo=cfg.algo.name,
+            max_length=getattr(cfg.algo, "max_length", None),  # DPO truncates; PPO and GRPO have no such setting
+            precision=cfg.model.precision,
+            policy=policy,
+            load_model=self.load,
+            train_data=pairs,
+            cache_root=str(self.cache_root),
+        )
+
+
+def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None) -> None:
+    """Hand a regime that wants training data (``ref=cached``) the preference pairs' sequences, chat template
+    applied, in batches of the regime's precompute ``batch_size``: the fixed dataset it can serve."""
+    if reference.wants_training_data:
+        reference.prepare(pair_batches(tokenizer, pairs or [], reference.cfg.batch_size))
