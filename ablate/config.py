@@ -21,7 +21,8 @@ from ablate.errors import ConfigError
 # The choices of each string setting. OmegaConf 2.3 refuses Literal annotations in structured configs
 # ("Unexpected type annotation"): the fields are typed str and __post_init__ checks them with require_choice.
 Precision = Literal["bf16", "fp32"]  # bf16: fp32 weights, bf16 autocast for compute (fast with avx512_bf16)
-DPOLoss = Literal["sigmoid", "ipo", "hinge"]  # sigmoid: the DPO paper's loss
+# sigmoid: the DPO paper's loss; simpo: SimPO (Meng et al. 2024), reference-free (ref=none only)
+DPOLoss = Literal["sigmoid", "ipo", "hinge", "simpo"]
 KLControl = Literal["fixed", "adaptive"]  # adaptive: Ziegler et al. 2019
 KLEstimator = Literal["k3", "k1"]  # k3: (e^l - 1) - l, unbiased, >= 0 (GRPO's); k1: -l, unbiased, often < 0
 RewardSource = Literal["gold", "learned"]  # gold: VADER; learned: a reward model trained on gold-labelled pairs
@@ -169,12 +170,20 @@ class DPOConfig(AlgoConfig):
     name: str = "dpo"
     loss_type: str = "sigmoid"  # DPOLoss
     max_length: int = 256  # prompt + response tokens, truncated from the end
+    simpo_beta: float = 2.0  # loss_type=simpo: SimPO's beta (the paper: 2-2.5), in place of beta
+    simpo_gamma: float = 1.0  # loss_type=simpo: SimPO's target reward margin (the paper: gamma / beta about 0.5)
+    sft_weight: float = 0.0  # > 0: add an SFT (replay) loss on the chosen responses, with this weight
+    l2_init: float = 0.0  # > 0: add l2_init * ||theta - theta_0||^2 over the trained parameters (keeps theta_0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require_choice("algo.loss_type", self.loss_type, DPOLoss)
         require(self.beta > 0, f"algo.beta must be > 0 for DPO, got {self.beta}")
         require(self.max_length >= 8, f"algo.max_length must be >= 8, got {self.max_length}")
+        require(self.simpo_beta > 0, f"algo.simpo_beta must be > 0, got {self.simpo_beta}")
+        require(self.simpo_gamma >= 0, f"algo.simpo_gamma must be >= 0, got {self.simpo_gamma}")
+        require(self.sft_weight >= 0, f"algo.sft_weight must be >= 0, got {self.sft_weight}")
+        require(self.l2_init >= 0, f"algo.l2_init must be >= 0, got {self.l2_init}")
 
 
 @dataclass
@@ -360,6 +369,11 @@ def validate(cfg: Config) -> None:
     require(
         cfg.algo.name in regime.supported_algos,
         f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
+    )
+    require(
+        cfg.algo.name != "dpo" or cfg.algo.loss_type != "simpo" or not regime.has_reference,
+        "algo.loss_type=simpo is reference-free (SimPO has no reference term): it needs ref=none, "
+        f"got ref={cfg.ref.name}",
     )
     if cfg.model.name == "hf":
         require(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")

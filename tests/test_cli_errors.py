@@ -40,6 +40,9 @@ BAD = [
     (["model=tiny", "+model.adapter.rr=3"], "unknown key 'model.adapter.rr' (did you mean model.adapter.r?)"),
     (["-m", "+sweep=regimes", "+algo.betta=0.3"], "unknown key 'algo.betta'"),
     (["ref.k=5"], "unknown key 'ref.k'"),  # ref=full has no k
+    # the reference-free losses are options of the algorithm's loss now (algo.loss_type=simpo, algo.sft_weight, ...)
+    (["ref=none", "ref.loss=simpo"], "unknown key 'ref.loss'"),
+    (["ref=none", "ref.sft_weight=0.5"], "unknown key 'ref.sft_weight'"),
     (["+seed=3"], "seed is already a setting: drop the '+' (seed=...)"),
     (["~algo.beta"], "algo.beta cannot be removed with '~'"),
     # wrong types
@@ -50,7 +53,7 @@ BAD = [
     # string choices (a Literal each): every choice named
     (["model.precision=fp16"], "model.precision must be one of bf16, fp32, got 'fp16'"),
     (["eval.precision=fp16"], "eval.precision must be one of bf16, fp32, got 'fp16'"),
-    (["algo.loss_type=orpo"], "algo.loss_type must be one of sigmoid, ipo, hinge, got 'orpo'"),
+    (["algo.loss_type=orpo"], "algo.loss_type must be one of sigmoid, ipo, hinge, simpo, got 'orpo'"),
     (["algo=grpo", "algo.kl_estimator=k2"], "algo.kl_estimator must be one of k3, k1, got 'k2'"),
     (["algo=ppo", "algo.kl_control=pid"], "algo.kl_control must be one of fixed, adaptive, got 'pid'"),
     (["algo=grpo", "algo.reward=silver"], "algo.reward must be one of gold, learned, got 'silver'"),
@@ -86,7 +89,10 @@ BAD = [
     (["ref=int8", "ref.threshold=-1"], "ref.threshold must be >= 0"),
     (["ref=nf4", "ref.quant_type=q8"], "ref.quant_type must be nf4 or fp4"),
     (["ref=distilled", "ref.param_fraction=0"], "ref.param_fraction must be in (0, 1]"),
-    (["ref=none", "ref.loss=orpo"], "ref.loss must be dpo or simpo"),
+    (["algo.simpo_beta=0"], "algo.simpo_beta must be > 0"),
+    (["algo.simpo_gamma=-1"], "algo.simpo_gamma must be >= 0"),
+    (["algo.sft_weight=-0.5"], "algo.sft_weight must be >= 0"),
+    (["algo.l2_init=-1"], "algo.l2_init must be >= 0"),
     (["ref=cached", "ref.miss=sometimes"], "ref.miss must be skip, fallback, error or auto"),
     (["seed=-1"], "seed must be >= 0"),
     (["threads=0"], "threads must be >= 1"),
@@ -96,6 +102,10 @@ BAD = [
     (["model=tiny", "ref=ema", "model.adapter.enabled=true"], "ref=ema updates the reference from the policy"),
     (["algo=grpo", "ref=cached", "ref.miss=error"], "ref=cached cannot score the fresh samples of algo=grpo"),
     (["algo=ppo", "ref=cached", "ref.miss=error"], "ref=cached cannot score the fresh samples of algo=ppo"),
+    (
+        ["ref=full", "algo.loss_type=simpo"],
+        "algo.loss_type=simpo is reference-free (SimPO has no reference term): it needs ref=none, got ref=full",
+    ),
     # several values for one job
     (["ref=[full,int8]"], "ref takes one option; to run several, sweep: python -m ablate -m ref=full,int8"),
     (["-m", "algo=[dpo,grpo]"], "algo takes one option; to run several, sweep: python -m ablate -m algo=dpo,grpo"),

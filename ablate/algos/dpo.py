@@ -5,32 +5,61 @@ responses go into the batch, exactly where TRL's own precomputation would put th
 reference model of its own, and its precompute pass is the regime's preparation: the regime decides
 what, if anything, is precomputed. How that is done with TRL is in :mod:`ablate.algos.trl_fence`.
 
-Under ``ref=none ref.loss=simpo`` the same slot carries SimPO's margin, and TRL's ``sigmoid_norm`` loss
-runs with SimPO's beta (see :mod:`ablate.algos.simpo`): the loss is SimPO's, not DPO's.
+The loss is the algorithm's (:class:`LossOptions`, from ``cfg.algo``), whatever the regime. Under
+``algo.loss_type=simpo`` (``ref=none`` only) the reference slot carries SimPO's margin, and TRL's
+``sigmoid_norm`` loss runs with SimPO's beta (see :mod:`ablate.algos.simpo`): the loss is SimPO's, not DPO's.
+``algo.sft_weight`` adds TRL's ``sft`` loss (logged as ``sft_loss``), ``algo.l2_init`` the L2 to the initial
+weights (:mod:`ablate.algos.l2_init`, logged as ``l2_init_loss``; its copy's bytes as ``loss_extra_bytes``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ablate.algos import registry, trl_fence
+from ablate.algos.l2_init import L2ToInit
 from ablate.algos.simpo import SimPOParams, margin_reference
 from ablate.algos.trl_common import common_args
 from ablate.refs.base import Reference, TokenBatch
-from ablate.refs.none import NoReference
 from ablate.tasks.pairs import pairs_dataset
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """DPO's loss beyond TRL's configured ``loss_type``: SimPO in its place, SFT replay and L2 to the initial
+    weights beside it. The default changes nothing."""
+
+    simpo: SimPOParams | None = None  # SimPO's beta and margin under algo.loss_type=simpo
+    sft_weight: float = 0.0
+    l2_init: float = 0.0
+
+    @classmethod
+    def from_algo(cls, algo) -> LossOptions:
+        """The options of a ``DPOConfig``."""
+        simpo = SimPOParams(beta=algo.simpo_beta, gamma=algo.simpo_gamma) if algo.loss_type == "simpo" else None
+        return cls(simpo=simpo, sft_weight=algo.sft_weight, l2_init=algo.l2_init)
+
+    def trl_loss(self, loss_type: str) -> tuple[list[str], list[float] | None]:
+        """TRL's ``loss_type`` list and ``loss_weights``: the configured loss (SimPO as TRL's ``sigmoid_norm``),
+        then TRL's ``sft`` loss with its weight when ``sft_weight > 0``."""
+        types = ["sigmoid_norm" if self.simpo is not None else loss_type]
+        if self.sft_weight > 0:
+            return types + ["sft"], [1.0, self.sft_weight]
+        return types, None
 
 
 def _dpo_trainer_cls():
     class RegimeDPOTrainer(trl_fence.dpo_base()):
-        def __init__(self, *args, reference: Reference, **kwargs):
+        def __init__(self, *args, reference: Reference, loss: LossOptions = LossOptions(), **kwargs):
             self.reference = reference
-            self.simpo = simpo_params(reference)
+            self.loss_options = loss
+            self.simpo = loss.simpo
             super().__init__(*args, **kwargs)
-            if self.simpo is not None:
-                check_simpo_args(self.args, self.simpo)
+            check_loss_args(self.args, loss)
+            self.l2_init = L2ToInit(loss.l2_init, self.model) if loss.l2_init > 0 else None
 
         def prepare_reference(self, dataset) -> None:
             """Regimes that precompute (``cached``) get the training sequences exactly as the collator will build
@@ -48,7 +77,7 @@ def _dpo_trainer_cls():
 
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """The regime's summed reference log-probs of the chosen and rejected responses (plus SimPO's
-            margin under ``ref.loss=simpo``)."""
+            margin under ``algo.loss_type=simpo``)."""
             batch = TokenBatch(inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"])
             ref_chosen, ref_rejected = self.reference.sequence_logprobs(batch).chunk(2, dim=0)
             if self.simpo is not None:
@@ -61,10 +90,13 @@ def _dpo_trainer_cls():
             out = super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
-            extra = self.reference.extra_loss(model)
-            if extra is None:
+            if self.loss_options.sft_weight > 0:
+                self.log_metric("sft_loss", sft_loss(self.last_metric("logps/chosen"), inputs["completion_mask"]))
+            if self.l2_init is None:
                 return out
-            self.log_metric("ref_extra_loss", float(extra.detach()))
+            extra = self.l2_init()
+            self.log_metric("l2_init_loss", float(extra.detach()))
+            self.log_metric("loss_extra_bytes", float(self.l2_init.nbytes))
             return (out[0] + extra, out[1]) if return_outputs else out + extra
 
         # ------------------------------------------------------------------ what resume and KL control read
@@ -85,34 +117,42 @@ def _dpo_trainer_cls():
     return RegimeDPOTrainer
 
 
-def simpo_params(reference: Reference | None) -> SimPOParams | None:
-    """SimPO's beta and margin when the regime trains with SimPO (``ref=none ref.loss=simpo``), else None."""
-    return reference.simpo() if isinstance(reference, NoReference) else None
-
-
-def check_simpo_args(args, simpo: SimPOParams) -> None:
-    """SimPO runs as TRL's ``sigmoid_norm`` loss with SimPO's beta: refuse arguments that would silently train
-    another loss (as ``trl_args`` builds them, they agree)."""
-    if args.beta != simpo.beta or "sigmoid_norm" not in args.loss_type:
+def check_loss_args(args, loss: LossOptions) -> None:
+    """Refuse TRL arguments that would silently train another loss than ``loss`` (as :func:`trl_args` builds
+    them, they agree): SimPO runs as TRL's ``sigmoid_norm`` loss with SimPO's beta, SFT replay as its ``sft``."""
+    if loss.simpo is not None and (args.beta != loss.simpo.beta or "sigmoid_norm" not in args.loss_type):
         raise ValueError(
-            f"ref.loss=simpo needs DPOConfig(beta={simpo.beta}, loss_type containing 'sigmoid_norm'), "
+            f"algo.loss_type=simpo needs DPOConfig(beta={loss.simpo.beta}, loss_type containing 'sigmoid_norm'), "
             f"got beta={args.beta}, loss_type={args.loss_type}: build the arguments with trl_args"
+        )
+    if loss.sft_weight > 0 and "sft" not in args.loss_type:
+        raise ValueError(
+            f"algo.sft_weight={loss.sft_weight} needs DPOConfig(loss_type containing 'sft'), "
+            f"got loss_type={args.loss_type}: build the arguments with trl_args"
         )
 
 
-def trl_args(cfg, out_dir: Path, device: torch.device, reference: Reference | None = None):
-    """TRL ``DPOConfig`` from our config: CPU-sane defaults (no gradient checkpointing, no hub, no reports).
-    Under SimPO, TRL's beta is SimPO's (``ref.simpo_beta``), not ``algo.beta``."""
+def sft_loss(chosen_logps_mean: float, completion_mask: torch.Tensor) -> float:
+    """TRL's ``sft`` term (the mean negative log-prob of the chosen responses' tokens) from TRL's logged mean
+    summed log-prob of the chosen responses (``logps/chosen``, 0 outside the responses) and the batch's
+    completion mask ([chosen; rejected]). NaN when no chosen token is left (as TRL's mean over none)."""
+    chosen_mask, _ = completion_mask[:, 1:].chunk(2, dim=0)
+    n_tokens = float(chosen_mask.sum())
+    return -chosen_logps_mean * chosen_mask.shape[0] / n_tokens if n_tokens else float("nan")
+
+
+def trl_args(cfg, out_dir: Path, device: torch.device):
+    """TRL ``DPOConfig`` from our config: CPU-sane defaults (no gradient checkpointing, no hub, no reports) and
+    the algorithm's loss (:class:`LossOptions`). Under SimPO, TRL's beta is SimPO's (``algo.simpo_beta``), not
+    ``algo.beta``."""
     from trl import DPOConfig
 
     algo = cfg.algo
-    loss_types, loss_weights = [algo.loss_type], None
-    if reference is not None:  # ref=none: SimPO, SFT replay
-        loss_types, loss_weights = reference.dpo_loss_types(loss_types[0])
-    simpo = simpo_params(reference)
+    loss = LossOptions.from_algo(algo)
+    loss_types, loss_weights = loss.trl_loss(algo.loss_type)
     return DPOConfig(
         **common_args(cfg, out_dir, device),
-        beta=simpo.beta if simpo is not None else algo.beta,
+        beta=loss.simpo.beta if loss.simpo is not None else algo.beta,
         loss_type=loss_types,
         loss_weights=loss_weights,
         max_length=algo.max_length,
@@ -128,10 +168,11 @@ def build_trainer(
     cls = _dpo_trainer_cls()
     return cls(
         model=policy,
-        args=trl_args(cfg, out_dir, device, reference),
+        args=trl_args(cfg, out_dir, device),
         train_dataset=pairs_dataset(pairs),
         processing_class=tokenizer,
         reference=reference,
+        loss=LossOptions.from_algo(cfg.algo),
         callbacks=callbacks,
     )
 

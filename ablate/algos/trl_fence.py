@@ -10,8 +10,9 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   one call for reference log-probs, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered
   by the regime. The same override fills rows the regime has no term for at loss time, and ``_compute_loss``
   can run without TRL's KL term (k1 in the reward).
-- Both: the fused LM head (``add_fused_lm_head``), TRL's metrics buffer ``_metrics`` and DPO's token counter
-  ``_total_train_tokens`` (not in the Trainer's own state, so a resumed run restores it).
+- Both: the fused LM head (``add_fused_lm_head``), TRL's metrics buffer ``_metrics`` (DPO also reads its
+  ``logps/chosen`` back, to log the SFT replay term) and DPO's token counter ``_total_train_tokens`` (not in the
+  Trainer's own state, so a resumed run restores it).
 
 :func:`check` compares what this module relies on (the signatures of the methods it overrides or calls, and
 the attributes and batch keys their source reads) with the installed TRL, and fails with one line.
@@ -75,7 +76,7 @@ CONTRACT: tuple[Expect, ...] = (
         "DPOTrainer._compute_loss",
         lambda: _dpo()._compute_loss,
         ("self", "model", "inputs", "return_outputs"),
-        ('inputs["ref_chosen_logps"]', 'inputs["ref_rejected_logps"]', "self.precompute_ref_logps"),
+        ('inputs["ref_chosen_logps"]', 'inputs["ref_rejected_logps"]', "self.precompute_ref_logps", '"logps/chosen"'),
     ),
     Expect(
         "DPOTrainer.compute_loss",
@@ -220,6 +221,10 @@ def dpo_base():
         def log_metric(self, name: str, value: float) -> None:
             """One value of a training metric, averaged into TRL's next log."""
             self._metrics["train"][name].append(value)
+
+        def last_metric(self, name: str) -> float:
+            """The value TRL's loss logged last under ``name`` (the micro-batch whose loss was just computed)."""
+            return self._metrics["train" if self.model.training else "eval"][name][-1]
 
         @property
         def train_tokens(self) -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from ablate.errors import ConfigError
+
 
 def _timer():
     from transformers import TrainerCallback
@@ -51,6 +53,11 @@ def _dpo(kind: str, cfg, pieces, timer, out: Path):
         )
     from trl import DPOConfig, DPOTrainer
 
+    if cfg.algo.loss_type == "simpo":  # reference-free: stock TRL's DPOTrainer with a reference model has no twin
+        raise ConfigError(
+            "the bench compares the harness with stock TRL DPO with a reference model: "
+            "algo.loss_type=simpo (reference-free) has no such twin; bench another loss"
+        )
     args = DPOConfig(
         **common_args(cfg, out, pieces.device),
         beta=cfg.algo.beta,

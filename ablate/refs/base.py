@@ -81,7 +81,7 @@ class Reference(ABC):
        and only for a regime that declares ``wants_training_data``: the pipeline hands over the preference
        pairs as token batches (PPO, GRPO); DPO's trainer hands over its own collator's batches instead.
     3. **use**: :meth:`logprobs` (training, timed as cost), :meth:`audit_logprobs` and :meth:`distribution`
-       (the evaluator's audits, not timed); DPO also asks :meth:`dpo_loss_types` and :meth:`extra_loss`.
+       (the evaluator's audits, not timed).
     4. **step**: :meth:`step` after every optimiser step but the last (EMA and snapshot update there).
     5. **account**: :meth:`cost` for the summary; :meth:`state_dict` / :meth:`load_state_dict` for checkpoints.
 
@@ -153,15 +153,6 @@ class Reference(ABC):
         as the regime approximates them): ``log_softmax`` of a row is the distribution, and the audit takes it
         in float64 (``ablate.eval.kl.audit_terms``). For audits: not timed as training cost."""
         return self._distribution(batch)
-
-    def dpo_loss_types(self, loss_type: str) -> tuple[list[str], list[float] | None]:
-        """TRL's DPO ``loss_type`` list and ``loss_weights`` for this regime, given the configured loss type:
-        by default that loss alone, unweighted (``ref=none`` adds SimPO or SFT replay)."""
-        return [loss_type], None
-
-    def extra_loss(self, policy: torch.nn.Module) -> torch.Tensor | None:
-        """A term added to the training loss (``ref=none``: L2 to the initial weights); None by default."""
-        return None
 
     # --- step ---------------------------------------------------------------------------------------------
     def step(self, policy: torch.nn.Module, step: int) -> None:

@@ -156,42 +156,63 @@ def test_simpo_margin_turns_trl_sigmoid_norm_into_simpo():
     assert torch.allclose(trl, simpo_loss(lp_w, lp_l, len_w, len_l, p), atol=1e-6)
 
 
-def test_simpo_beta_and_gamma_come_from_the_ref_config_not_algo_beta(tmp_path, ref_ctx):
-    from ablate.algos.dpo import trl_args
+def test_simpo_beta_and_gamma_come_from_the_algo_config_not_algo_beta(tmp_path):
+    from ablate.algos.dpo import LossOptions, trl_args
     from ablate.algos.simpo import SimPOParams
+    from ablate.config import validate
     from ablate.errors import ConfigError
-    from ablate.refs.none import NoReference
     from tests.conftest import typed_config
 
-    cfg = typed_config(
-        tmp_path,
-        "model=tiny",
-        "ref=none",
-        "ref.loss=simpo",
-        "ref.simpo_beta=2.5",
-        "ref.simpo_gamma=1.25",
-        "algo.beta=0.1",
-    )
-    ref = NoReference(cfg.ref, ref_ctx)
-    assert ref.simpo() == SimPOParams(beta=2.5, gamma=1.25)
-    args = trl_args(cfg, tmp_path, torch.device("cpu"), ref)
-    assert args.beta == 2.5 and args.loss_type == ["sigmoid_norm"]
+    simpo = ("algo.loss_type=simpo", "algo.simpo_beta=2.5", "algo.simpo_gamma=1.25", "algo.beta=0.1")
+    cfg = typed_config(tmp_path, "model=tiny", "ref=none", *simpo)
+    assert LossOptions.from_algo(cfg.algo).simpo == SimPOParams(beta=2.5, gamma=1.25)
+    args = trl_args(cfg, tmp_path, torch.device("cpu"))
+    assert args.beta == 2.5 and args.loss_type == ["sigmoid_norm"] and args.loss_weights is None
+    validate(cfg)
     plain = typed_config(tmp_path, "model=tiny", "ref=none", "algo.beta=0.1")
-    assert trl_args(plain, tmp_path, torch.device("cpu"), NoReference(plain.ref, ref_ctx)).beta == 0.1
-    for bad in ("ref.simpo_beta=0", "ref.simpo_gamma=-1"):
+    assert LossOptions.from_algo(plain.algo) == LossOptions()  # the default DPO loss: nothing added
+    plain_args = trl_args(plain, tmp_path, torch.device("cpu"))
+    assert plain_args.beta == 0.1 and plain_args.loss_type == ["sigmoid"] and plain_args.loss_weights is None
+    for bad in ("algo.simpo_beta=0", "algo.simpo_gamma=-1"):
         with pytest.raises(ConfigError, match="simpo"):
-            typed_config(tmp_path, "model=tiny", "ref=none", "ref.loss=simpo", bad)
-    from ablate.config import validate
+            typed_config(tmp_path, "model=tiny", "ref=none", "algo.loss_type=simpo", bad)
+    with pytest.raises(ConfigError, match="algo.loss_type=simpo is reference-free .* needs ref=none, got ref=full"):
+        validate(typed_config(tmp_path, "model=tiny", "ref=full", *simpo))
 
-    with pytest.raises(ConfigError, match="DPO loss"):
-        validate(typed_config(tmp_path, "model=tiny", "algo=grpo", "ref=none", "ref.loss=simpo"))
+
+def test_sft_replay_and_l2_options_build_trl_losses_with_any_regime(tmp_path):
+    from ablate.algos.dpo import LossOptions, trl_args
+    from ablate.config import validate
+    from tests.conftest import typed_config
+
+    for ref in ("full", "none"):
+        cfg = typed_config(tmp_path, "model=tiny", f"ref={ref}", "algo.sft_weight=0.5", "algo.l2_init=0.01")
+        validate(cfg)
+        assert LossOptions.from_algo(cfg.algo) == LossOptions(sft_weight=0.5, l2_init=0.01)
+        args = trl_args(cfg, tmp_path, torch.device("cpu"))
+        assert args.loss_type == ["sigmoid", "sft"] and args.loss_weights == [1.0, 0.5] and args.beta == 0.1
+    simpo = typed_config(tmp_path, "model=tiny", "ref=none", "algo.loss_type=simpo", "algo.sft_weight=0.5")
+    assert trl_args(simpo, tmp_path, torch.device("cpu")).loss_type == ["sigmoid_norm", "sft"]
+
+
+def test_l2_to_initial_weights(tiny_source):
+    from ablate.algos.l2_init import L2ToInit
+
+    policy = load_model(tiny_source, torch.device("cpu"))
+    l2 = L2ToInit(2.0, policy)  # theta_0 is copied here
+    assert l2().item() == 0.0
+    with torch.no_grad():
+        next(policy.parameters()).add_(0.1)
+    p = next(policy.parameters())
+    assert math.isclose(l2().item(), 2.0 * 0.01 * p.numel(), rel_tol=1e-4)
+    assert l2.nbytes == sum(p.numel() * 4 for p in policy.parameters())  # the copy of theta_0 (fp32)
 
 
 @pytest.mark.filterwarnings("ignore")
 def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, tokenizer, ref_ctx):
-    """A DPO step with ref=none loss=simpo (algo.beta=0.1): its loss is SimPO's, with SimPO's beta and
-    margin, on the initial model's log-probs."""
-    from ablate.algos.dpo import trl_args
+    """A DPO step with ref=none algo.loss_type=simpo (algo.beta=0.1): its loss is SimPO's, with SimPO's beta
+    and margin, on the initial model's log-probs."""
+    from ablate.algos.dpo import LossOptions
     from ablate.algos.simpo import SimPOParams, completion_lengths, simpo_loss
     from ablate.refs.base import TokenBatch
     from ablate.refs.model_backed import token_logprobs
@@ -203,9 +224,9 @@ def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, toke
         tmp_path,
         "model=tiny",
         "ref=none",
-        "ref.loss=simpo",
-        "ref.simpo_beta=2.0",
-        "ref.simpo_gamma=1.0",
+        "algo.loss_type=simpo",
+        "algo.simpo_beta=2.0",
+        "algo.simpo_gamma=1.0",
         "algo.beta=0.1",
         "algo.batch_size=4",
         "algo.max_steps=1",
@@ -213,14 +234,7 @@ def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, toke
         "checkpoint.interval=0",
     )
     ref = NoReference(cfg.ref, ref_ctx)
-    make = _dpo_trainer_cls()
-    trainer = make(
-        model=load_model(tiny_source, cpu),
-        args=trl_args(cfg, tmp_path, cpu, ref),
-        train_dataset=pairs_dataset(PAIRS),
-        processing_class=tokenizer,
-        reference=ref,
-    )
+    trainer = _build(cfg, tmp_path, tiny_source, tokenizer, ref)  # the loss options come from cfg.algo
     b = next(iter(trainer.get_train_dataloader()))  # batch_size 4: the first batch holds every pair
     batch = TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
     logps = token_logprobs(load_model(tiny_source, cpu), batch).sum(dim=1)
@@ -234,10 +248,77 @@ def test_simpo_trains_with_simpo_loss_under_ref_none(tmp_path, tiny_source, toke
     assert len(losses) == 1 and losses[0] == pytest.approx(want, rel=1e-4)
     assert want > 1.0  # about -log sigmoid(-gamma) = 1.31 at the start; DPO's beta and no margin give ~log 2
     with pytest.raises(ValueError, match="simpo"):  # arguments that would train another loss are refused
-        make(
+        _dpo_trainer_cls()(
             model=load_model(tiny_source, cpu),
             args=_args(tmp_path / "stock", precompute=True),
             train_dataset=pairs_dataset(PAIRS),
             processing_class=tokenizer,
             reference=ref,
+            loss=LossOptions.from_algo(cfg.algo),
         )
+
+
+def _tiny_cfg(tmp_path, *overrides: str):
+    """A typed one-batch tiny DPO config (batch_size 4: the first batch holds every pair)."""
+    from tests.conftest import typed_config
+
+    common = ("model=tiny", "algo.batch_size=4", "algo.learning_rate=1e-3", "checkpoint.interval=0")
+    return typed_config(tmp_path, *common, *overrides)
+
+
+def _build(cfg, tmp_path, tiny_source, tokenizer, reference):
+    from ablate.algos.dpo import build_trainer
+
+    cpu = torch.device("cpu")
+    policy = load_model(tiny_source, cpu)
+    return build_trainer(
+        cfg,
+        policy=policy,
+        tokenizer=tokenizer,
+        pairs=PAIRS,
+        reference=reference,
+        callbacks=[],
+        out_dir=tmp_path,
+        device=cpu,
+    )
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_sft_replay_adds_the_weighted_sft_loss_and_logs_it_with_a_reference(tmp_path, tiny_source, tokenizer, ref_ctx):
+    """ref=full algo.sft_weight=0.5, one step: at step 0 (reference = policy) DPO's loss is log 2, and the step's
+    loss is log 2 + 0.5 * the mean negative log-prob of the chosen tokens, which is logged as ``sft_loss``."""
+    from ablate.refs.base import TokenBatch
+    from ablate.refs.model_backed import token_logprobs
+
+    cfg = _tiny_cfg(tmp_path, "ref=full", "algo.sft_weight=0.5", "algo.max_steps=1")
+    trainer = _build(cfg, tmp_path, tiny_source, tokenizer, FullReference(cfg.ref, ref_ctx))
+    b = next(iter(trainer.get_train_dataloader()))
+    batch = TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"])
+    chosen_tokens = token_logprobs(load_model(tiny_source, torch.device("cpu")), batch).chunk(2)[0]
+    sft = -(chosen_tokens.sum() / batch.target_mask.chunk(2)[0].sum()).item()
+    trainer.train()
+    first = trainer.state.log_history[0]
+    assert first["sft_loss"] == pytest.approx(sft, rel=1e-4)
+    assert first["loss"] == pytest.approx(math.log(2) + 0.5 * sft, rel=1e-4)
+    assert sft > 1.0  # a random tiny model: far from log 2, so a missing SFT term could not pass
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_l2_to_initial_weights_trains_logs_its_loss_and_costs_the_loss_not_the_reference(
+    tmp_path, tiny_source, tokenizer, ref_ctx
+):
+    """ref=none algo.l2_init=1, two steps: the L2 term is 0 at step 1 and positive at step 2, theta_0 is the
+    initial policy, and its copy is the loss's cost (``loss_extra_bytes``), not the reference's."""
+    from ablate.refs.none import NoReference
+
+    cfg = _tiny_cfg(tmp_path, "ref=none", "algo.l2_init=1.0", "algo.max_steps=2")
+    ref = NoReference(cfg.ref, ref_ctx)
+    trainer = _build(cfg, tmp_path, tiny_source, tokenizer, ref)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and logs[0]["l2_init_loss"] == 0.0 and logs[1]["l2_init_loss"] > 0
+    initial = load_model(tiny_source, torch.device("cpu"))
+    want = sum(((p - p0) ** 2).sum() for p, p0 in zip(trainer.model.parameters(), initial.parameters()))
+    assert trainer.l2_init().item() == pytest.approx(want.item(), rel=1e-5)
+    n_bytes = sum(p.numel() * p.element_size() for p in initial.parameters())
+    assert logs[0]["loss_extra_bytes"] == n_bytes and ref.cost().bytes_held == 0
