@@ -205,8 +205,14 @@ def fill_uncovered(ref_logps: torch.Tensor, policy_logps: torch.Tensor) -> torch
     return torch.where(rows, policy_logps.detach(), ref_logps)
 
 
-def register(name: str, config_cls: type) -> Callable[[type[Reference]], type[Reference]]:
-    """Class decorator: register a regime and its config schema (``schema/ref/<name>``)."""
+def register(config_cls: type) -> Callable[[type[Reference]], type[Reference]]:
+    """Class decorator: register a regime under its schema's ``name`` default (written once, in the schema)
+    and store the schema as ``schema/ref/<name>``."""
+    from dataclasses import MISSING, fields
+
+    name = next(f.default for f in fields(config_cls) if f.name == "name")
+    if name is MISSING or not isinstance(name, str) or name == "???":  # "???": OmegaConf's MISSING
+        raise TypeError(f"{config_cls.__name__} must give its regime's name as the default of its `name` field")
 
     def deco(cls: type[Reference]) -> type[Reference]:
         from hydra.core.config_store import ConfigStore

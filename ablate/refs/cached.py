@@ -60,7 +60,7 @@ def row_key(batch: TokenBatch, i: int) -> str:
     return hashlib.sha256(ids + b"|" + comp).hexdigest()
 
 
-@register("cached", CachedRefConfig)
+@register(CachedRefConfig)
 class CachedReference(Reference):
     wants_training_data = True
     needs_pairs = True

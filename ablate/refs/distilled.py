@@ -254,7 +254,7 @@ def _precision(ctx: RefContext) -> str:
     return "bf16" if is_bf16(ctx.precision) else "fp32"
 
 
-@register("distilled", DistilledRefConfig)
+@register(DistilledRefConfig)
 class DistilledReference(ModelReference):
     """A layer-subset student of the SFT model, distilled on the SFT samples of the DPO pairs (cached)."""
 

@@ -30,7 +30,7 @@ def _policy_params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return dict(model.named_parameters())
 
 
-@register("ema", EmaRefConfig)
+@register(EmaRefConfig)
 class EmaReference(ModelReference):
     updates: int = 0
 

@@ -14,6 +14,6 @@ class FullRefConfig(RefConfig):
     name: str = "full"
 
 
-@register("full", FullRefConfig)
+@register(FullRefConfig)
 class FullReference(ModelReference):
     """Loads the SFT weights once more, in full precision, in eval mode, without gradients."""

@@ -22,7 +22,7 @@ class Int8RefConfig(RefConfig):
         require(self.threshold >= 0, f"ref.threshold must be >= 0, got {self.threshold}")
 
 
-@register("int8", Int8RefConfig)
+@register(Int8RefConfig)
 class Int8Reference(QuantizedReference):
     def quantization_config(self):
         from transformers import BitsAndBytesConfig

@@ -27,7 +27,7 @@ class Nf4RefConfig(RefConfig):
         require_choice("ref.compute_dtype", self.compute_dtype, Precision)
 
 
-@register("nf4", Nf4RefConfig)
+@register(Nf4RefConfig)
 class Nf4Reference(QuantizedReference):
     def quantization_config(self):
         from transformers import BitsAndBytesConfig

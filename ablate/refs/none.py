@@ -21,7 +21,7 @@ class NoneRefConfig(RefConfig):
     name: str = "none"
 
 
-@register("none", NoneRefConfig)
+@register(NoneRefConfig)
 class NoReference(Reference):
     has_reference = False
 

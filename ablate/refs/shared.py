@@ -22,7 +22,7 @@ class SharedRefConfig(RefConfig):
     name: str = "shared"
 
 
-@register("shared", SharedRefConfig)
+@register(SharedRefConfig)
 class SharedReference(Reference):
     required_packages = required("peft", "peft", "ref=shared")
 

@@ -20,7 +20,7 @@ class SnapshotRefConfig(RefConfig):
         require(self.tau >= 1, f"ref.tau must be >= 1, got {self.tau}")
 
 
-@register("snapshot", SnapshotRefConfig)
+@register(SnapshotRefConfig)
 class SnapshotReference(EmaReference):
     def step(self, policy: torch.nn.Module, step: int) -> None:
         if step % self.cfg.tau == 0:

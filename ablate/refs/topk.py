@@ -54,7 +54,7 @@ def topk_distribution(logprobs: torch.Tensor, k: int, tail: str, tail_floor: flo
     return out.scatter_(-1, idx, top)
 
 
-@register("topk", TopKRefConfig)
+@register(TopKRefConfig)
 class TopKReference(ModelReference):
     def __init__(self, cfg: TopKRefConfig, ctx):
         super().__init__(cfg, ctx)

@@ -309,3 +309,20 @@ def test_every_hook_a_caller_uses_is_declared_on_the_base_with_a_neutral_default
     assert Plain.resolve(None) is None
     assert not hasattr(ref, "unavailable_reason") and not hasattr(ref, "prepare_from_pairs")
     assert not hasattr(ref, "dpo_loss_types") and not hasattr(ref, "extra_loss")  # the algorithm's loss, not a hook
+
+
+def test_a_regime_is_registered_under_its_schema_name_written_once():
+    from dataclasses import dataclass
+
+    from ablate.config import RefConfig
+    from ablate.refs.base import REGISTRY, register
+
+    for name, cls in REGISTRY.items():
+        assert cls.name == name == cls.config_cls().name  # the schema's default is the one place it is written
+
+    @dataclass
+    class Nameless(RefConfig):
+        pass
+
+    with pytest.raises(TypeError, match="must give its regime's name"):
+        register(Nameless)
