@@ -215,28 +215,11 @@ def write_report(
     lines.append("")
 
     for algo, a in agg.groupby("condition", sort=False):
-        lines += [
-            f"## {algo}: fidelity and cost of each reference",
-            "",
-            md_table(
-                ["regime", "n"] + [h for _, h, _ in FIDELITY],
-                [
-                    [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in FIDELITY]
-                    for _, r in a.iterrows()
-                ],
-            ),
-            "",
-            f"## {algo}: behaviour",
-            "",
-            md_table(
-                ["regime", "n"] + [h for _, h, _ in BEHAVIOUR],
-                [
-                    [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in BEHAVIOUR]
-                    for _, r in a.iterrows()
-                ],
-            ),
-            "",
-        ]
+        for title, columns in (("fidelity and cost of each reference", FIDELITY), ("behaviour", BEHAVIOUR)):
+            rows = [
+                [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in columns] for _, r in a.iterrows()
+            ]
+            lines += [f"## {algo}: {title}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
         if len(cmp):
             c = cmp[cmp["condition"] == algo]
             lines += [

@@ -99,21 +99,6 @@ def _dpo_trainer_cls():
             self.log_metric("loss_extra_bytes", float(self.l2_init.nbytes))
             return (out[0] + extra, out[1]) if return_outputs else out + extra
 
-        # ------------------------------------------------------------------ what resume and KL control read
-        @property
-        def kl_coef(self) -> float:
-            """DPO's beta (fixed)."""
-            return float(self.beta)
-
-        def resume_state(self) -> dict:
-            """What a checkpoint records to resume exactly: beta and TRL's token counter."""
-            return {"kl_coef": self.kl_coef, "trl_train_tokens": self.train_tokens}
-
-        def restore(self, saved: dict) -> None:
-            """Continue from :meth:`resume_state`'s record (beta is fixed: only the token counter moves)."""
-            if saved.get("trl_train_tokens") is not None:
-                self.train_tokens = saved["trl_train_tokens"]
-
     return RegimeDPOTrainer
 
 
@@ -163,8 +148,9 @@ def trl_args(cfg, out_dir: Path, device: torch.device):
 
 
 def build_trainer(
-    cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path, device: torch.device
+    cfg, *, policy, tokenizer, pairs, reference: Reference, callbacks, out_dir: Path, device: torch.device, **_
 ):
+    """The DPO trainer; registered as is (the registry's other keywords are ignored)."""
     cls = _dpo_trainer_cls()
     return cls(
         model=policy,
@@ -177,18 +163,4 @@ def build_trainer(
     )
 
 
-def build(*, cfg, policy, tokenizer, pairs, reference, callbacks, out_dir, device, **_):
-    """:func:`build_trainer` with the algorithm registry's keywords."""
-    return build_trainer(
-        cfg,
-        policy=policy,
-        tokenizer=tokenizer,
-        pairs=pairs,
-        reference=reference,
-        callbacks=callbacks,
-        out_dir=out_dir,
-        device=device,
-    )
-
-
-registry.register("dpo", build, needs_pairs=True, prepares_reference=True)
+registry.register("dpo", build_trainer, needs_pairs=True, prepares_reference=True)

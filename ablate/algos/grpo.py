@@ -97,23 +97,12 @@ def _grpo_trainer_cls():
                 self._record_k1(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
             return logps
 
-        # ------------------------------------------------------------------ what resume and KL control read
-        @property
-        def kl_coef(self) -> float:
-            """The KL coefficient now (the controller's, 0 without a reference)."""
-            return float(self.beta)
-
-        def resume_state(self) -> dict:
-            """What a checkpoint records to resume exactly: the KL coefficient and TRL's token counter."""
-            return {"kl_coef": self.kl_coef, "trl_train_tokens": self.train_tokens}
-
         def restore(self, saved: dict) -> None:
-            """Continue from :meth:`resume_state`'s record: the KL coefficient where the controller had taken it."""
+            """Continue from :meth:`resume_state`'s record: also the KL coefficient where the controller had it."""
+            super().restore(saved)
             self.beta = saved["kl_coef"]
             if self.kl_controller is not None:
                 self.kl_controller.value = saved["kl_coef"]
-            if saved.get("trl_train_tokens") is not None:
-                self.train_tokens = saved["trl_train_tokens"]
 
     return RegimeGRPOTrainer
 
@@ -192,8 +181,10 @@ def build_trainer(
     out_dir: Path,
     device: torch.device,
     proxy=None,
+    **_,
 ):
-    """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0."""
+    """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0. Registered
+    as is (the registry's other keywords are ignored)."""
     algo = cfg.algo
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
     controller = make_controller(algo.kl_control, beta, algo.kl_target, algo.kl_horizon)
@@ -218,20 +209,4 @@ def build_trainer(
     return trainer
 
 
-def build(*, cfg, policy, tokenizer, prompts, reward, proxy, reference, callbacks, out_dir, device, **_):
-    """:func:`build_trainer` with the algorithm registry's keywords."""
-    return build_trainer(
-        cfg,
-        policy=policy,
-        tokenizer=tokenizer,
-        prompts=prompts,
-        reward=reward,
-        reference=reference,
-        callbacks=callbacks,
-        out_dir=out_dir,
-        device=device,
-        proxy=proxy,
-    )
-
-
-registry.register("grpo", build)
+registry.register("grpo", build_trainer)

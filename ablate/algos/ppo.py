@@ -267,8 +267,9 @@ class PPOTrainer:
         save_file(self.value_head.state_dict(), str(Path(path) / "value_head.safetensors"))
 
 
-def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device, proxy=None):
-    """``proxy``: a learned reward to train on; the gold reward is then logged alongside as ``reward_gold``."""
+def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device, proxy=None, **_):
+    """``proxy``: a learned reward to train on; the gold reward is then logged alongside as ``reward_gold``.
+    Registered as is (the registry's other keywords are ignored)."""
     gold = lambda sb: reward(sb.texts)  # noqa: E731
     if proxy is None:
         return PPOTrainer(
@@ -294,19 +295,4 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     )
 
 
-def build(*, cfg, policy, tokenizer, prompts, reward, proxy, reference, callbacks, device, **_):
-    """:func:`build_trainer` with the algorithm registry's keywords."""
-    return build_trainer(
-        cfg,
-        policy=policy,
-        tokenizer=tokenizer,
-        prompts=prompts,
-        reward=reward,
-        reference=reference,
-        callbacks=callbacks,
-        device=device,
-        proxy=proxy,
-    )
-
-
-registry.register("ppo", build)
+registry.register("ppo", build_trainer)

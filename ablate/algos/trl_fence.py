@@ -184,6 +184,44 @@ class RegimeRefSlot(torch.nn.Module):
     """Stands where TRL's GRPO keeps its reference model; never called as a model."""
 
 
+class TRLState:
+    """What both fenced trainers read and write of TRL's private state: its metrics buffer, its token counter
+    (DPO's ``num_tokens``, not in the Trainer's own state; GRPO counts in the Trainer state and keeps it at 0),
+    and the resume record built from them. Mixed in before TRL's trainer class."""
+
+    def log_metric(self, name: str, value: float) -> None:
+        """One value of a metric of the current mode, averaged into TRL's next log."""
+        self._metrics["train" if self.model.training else "eval"][name].append(value)
+
+    def last_metric(self, name: str) -> float:
+        """The value TRL's loss logged last under ``name`` (the micro-batch whose loss was just computed)."""
+        return self._metrics["train" if self.model.training else "eval"][name][-1]
+
+    @property
+    def train_tokens(self) -> int:
+        """TRL's own count of training tokens, kept for the resume record."""
+        return self._total_train_tokens
+
+    @train_tokens.setter
+    def train_tokens(self, n: int) -> None:
+        self._total_train_tokens = n
+
+    # ------------------------------------------------------------------------ what resume and KL control read
+    @property
+    def kl_coef(self) -> float:
+        """The KL coefficient now: DPO's fixed beta; GRPO's controller's (0 without a reference)."""
+        return float(self.beta)
+
+    def resume_state(self) -> dict:
+        """What a checkpoint records to resume exactly: the KL coefficient and TRL's token counter."""
+        return {"kl_coef": self.kl_coef, "trl_train_tokens": self.train_tokens}
+
+    def restore(self, saved: dict) -> None:
+        """Continue from :meth:`resume_state`'s record: TRL's token counter (subclasses add what else moves)."""
+        if saved.get("trl_train_tokens") is not None:
+            self.train_tokens = saved["trl_train_tokens"]
+
+
 @cache
 def dpo_base():
     """``DPOTrainer`` with a regime's reference in place of TRL's. Subclasses implement
@@ -191,7 +229,7 @@ def dpo_base():
     ``precompute_ref_log_probs=True`` (:data:`DPO_ARGS`)."""
     from trl import DPOTrainer
 
-    class FencedDPOTrainer(DPOTrainer):
+    class FencedDPOTrainer(TRLState, DPOTrainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, ref_model=None, **kwargs)
             if not self.precompute_ref_logps:
@@ -218,23 +256,6 @@ def dpo_base():
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
 
-        def log_metric(self, name: str, value: float) -> None:
-            """One value of a training metric, averaged into TRL's next log."""
-            self._metrics["train"][name].append(value)
-
-        def last_metric(self, name: str) -> float:
-            """The value TRL's loss logged last under ``name`` (the micro-batch whose loss was just computed)."""
-            return self._metrics["train" if self.model.training else "eval"][name][-1]
-
-        @property
-        def train_tokens(self) -> int:
-            """TRL's count of training tokens (its ``num_tokens`` log); not in the Trainer's state."""
-            return self._total_train_tokens
-
-        @train_tokens.setter
-        def train_tokens(self, n: int) -> None:
-            self._total_train_tokens = n
-
     return FencedDPOTrainer
 
 
@@ -249,7 +270,7 @@ def grpo_base():
     :meth:`loss_reference` and :attr:`kl_in_loss`."""
     from trl import GRPOTrainer
 
-    class FencedGRPOTrainer(GRPOTrainer):
+    class FencedGRPOTrainer(TRLState, GRPOTrainer):
         #: False: TRL's loss runs without its KL term (the KL is elsewhere, e.g. in the reward)
         kl_in_loss = True
 
@@ -275,19 +296,6 @@ def grpo_base():
                 self.model, input_ids, attention_mask, logits_to_keep, batch_size
             )
             return logps
-
-        def log_metric(self, name: str, value: float) -> None:
-            """One value of a metric of the current mode, averaged into TRL's next log."""
-            self._metrics["train" if self.model.training else "eval"][name].append(value)
-
-        @property
-        def train_tokens(self) -> int:
-            """TRL's own token counter (GRPO counts in the Trainer state; kept for the resume record)."""
-            return self._total_train_tokens
-
-        @train_tokens.setter
-        def train_tokens(self, n: int) -> None:
-            self._total_train_tokens = n
 
         def _compute_loss(self, model, inputs):
             if not self.kl_in_loss and self.beta != 0.0:
