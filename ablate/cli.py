@@ -148,10 +148,16 @@ def check_job(overrides: list[str]) -> None:
     """Compose one job and run every check that needs no model: schema, unknown keys, ranges, combinations,
     packages, device, model source."""
     from ablate.compose import compose
+
+    check_config(compose(*overrides))
+
+
+def check_config(cfg) -> None:
+    """Every check a composed job gets before any model loads (the CLI's and the bench's): validation and
+    settings resolved in place, packages, device and model source."""
     from ablate.config import validate
     from ablate.models.loading import check_source
 
-    cfg = compose(*overrides)
     validate(cfg)
     check_packages(cfg)
     check_source(cfg.model)

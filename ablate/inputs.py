@@ -14,7 +14,8 @@ from ablate.config import Config
 from ablate.models.loading import ModelSource, load_model, load_tokenizer, resolve_device, resolve_source
 from ablate.paths import cache_root
 from ablate.refs.base import RefContext, Reference
-from ablate.tasks.pairs import Pair, pair_batches, pairs_for_run
+from ablate.tasks.pair_tokens import pair_batches
+from ablate.tasks.pairs import Pair, pairs_for_run
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 from ablate.tasks.safety import SafetyJudge
@@ -75,7 +76,9 @@ class RunInputs:
 
 
 def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None) -> None:
-    """Hand a regime that wants training data (``ref=cached``) the preference pairs' sequences, chat template
-    applied, in batches of the regime's precompute ``batch_size``: the fixed dataset it can serve."""
+    """Hand a regime that wants training data (``ref=cached``) the preference pairs' sequences, exactly as DPO
+    trains on them (:mod:`ablate.tasks.pair_tokens`, truncated to the algorithm's ``max_length``), in batches of
+    the regime's precompute ``batch_size`` pairs: the fixed dataset it can serve."""
     if reference.wants_training_data:
-        reference.prepare(pair_batches(tokenizer, pairs or [], reference.cfg.batch_size))
+        ctx = reference.ctx
+        reference.prepare(pair_batches(tokenizer, pairs or [], reference.cfg.batch_size, ctx.max_length))

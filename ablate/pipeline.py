@@ -111,10 +111,9 @@ def load_proxy(cfg: Config, inputs: RunInputs, pairs, extra: dict[str, Any]):
 
 
 def build_trainer(cfg: Config, algo: Algorithm, inputs: RunInputs, *, policy, pairs, proxy, reference, callbacks):
-    """The algorithm's trainer, bound to its callbacks. The reference is prepared first (once), from the
-    pairs, unless the algorithm's trainer hands it its own training batches (DPO)."""
-    if not algo.prepares_reference:
-        prepare_from_pairs(reference, inputs.tokenizer, pairs)
+    """The algorithm's trainer, bound to its callbacks. The reference is prepared first (once, for every
+    algorithm) from the pairs' sequences, as DPO trains on them."""
+    prepare_from_pairs(reference, inputs.tokenizer, pairs)
     trainer = algo.build(
         cfg=cfg,
         policy=policy,
@@ -143,14 +142,15 @@ def restore(trainer, reference: Reference, resume) -> None:
 
 def train(trainer, resume, extra: dict[str, Any]) -> None:
     """Train (from the checkpoint when resuming), recording training's own peak memory (models loaded, data
-    ready, evaluations inside it) and the KL coefficient at the end (the controller's for PPO/GRPO, the
-    fixed beta for DPO), also when training fails."""
+    ready, evaluations inside it), the KL coefficient at the end (the controller's for PPO/GRPO, the
+    fixed beta for DPO) and the bytes the loss holds beyond the reference, also when training fails."""
     measuring = reset_phase_peak()
     try:
         trainer.train(resume_from_checkpoint=str(resume[0]) if resume is not None else None)
     finally:
         extra["peak_rss_train_bytes"] = phase_peak_bytes(measuring)
         extra["kl_coef_final"] = float(trainer.kl_coef)
+        extra["loss_extra_bytes"] = int(trainer.loss_extra_bytes)
 
 
 def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, folder, logger) -> None:

@@ -31,16 +31,15 @@ def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
 
 
 def test_algorithms_are_looked_up_in_a_registry():
-    """The pipeline picks the trainer from the registry (no if/elif on algorithm names); DPO trains on the pairs
-    and hands the reference its own training batches, the online algorithms do neither."""
+    """The pipeline picks the trainer from the registry (no if/elif on algorithm names); DPO trains on the pairs,
+    the online algorithms do not."""
     import pytest
 
     from ablate.algos.registry import algorithm
     from ablate.errors import ConfigError
 
     dpo, grpo, ppo = algorithm("dpo"), algorithm("grpo"), algorithm("ppo")
-    assert (dpo.needs_pairs, dpo.prepares_reference) == (True, True)
-    assert not any(a.needs_pairs or a.prepares_reference for a in (grpo, ppo))
+    assert dpo.needs_pairs and not any(a.needs_pairs for a in (grpo, ppo))
     with pytest.raises(ConfigError, match="unknown algorithm 'sft'"):
         algorithm("sft")
 

@@ -2,8 +2,9 @@
 
 Before TRL computes the loss, the regime's summed reference log-probs for the chosen and rejected
 responses go into the batch, exactly where TRL's own precomputation would put them; TRL loads no
-reference model of its own, and its precompute pass is the regime's preparation: the regime decides
-what, if anything, is precomputed. How that is done with TRL is in :mod:`ablate.algos.trl_fence`.
+reference model of its own and precomputes nothing (the pipeline prepared the regime, from the same
+tokens). TRL trains on the pairs' one tokenisation and collator (:mod:`ablate.tasks.pair_tokens`). How
+that is done with TRL is in :mod:`ablate.algos.trl_fence`.
 
 The loss is the algorithm's (:class:`LossOptions`, from ``cfg.algo``), whatever the regime. Under
 ``algo.loss_type=simpo`` (``ref=none`` only) the reference slot carries SimPO's margin, and TRL's
@@ -24,7 +25,7 @@ from ablate.algos.l2_init import L2ToInit
 from ablate.algos.simpo import SimPOParams, margin_reference
 from ablate.algos.trl_common import common_args
 from ablate.refs.base import Reference, TokenBatch
-from ablate.tasks.pairs import pairs_dataset
+from ablate.tasks.pair_tokens import PairCollator, pad_id, tokenized_dataset
 
 
 @dataclass(frozen=True)
@@ -60,20 +61,7 @@ def _dpo_trainer_cls():
             super().__init__(*args, **kwargs)
             check_loss_args(self.args, loss)
             self.l2_init = L2ToInit(loss.l2_init, self.model) if loss.l2_init > 0 else None
-
-        def prepare_reference(self, dataset) -> None:
-            """Regimes that precompute (``cached``) get the training sequences exactly as the collator will build
-            them, in their own batch size; the others need nothing."""
-            if not self.reference.wants_training_data:
-                return
-            from torch.utils.data import DataLoader
-
-            loader = DataLoader(
-                dataset, batch_size=self.reference.cfg.batch_size, collate_fn=self.data_collator, shuffle=False
-            )
-            self.reference.prepare(
-                TokenBatch(b["input_ids"], b["attention_mask"], b["completion_mask"]) for b in loader
-            )
+            self.loss_extra_bytes = self.l2_init.nbytes if self.l2_init is not None else 0
 
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """The regime's summed reference log-probs of the chosen and rejected responses (plus SimPO's
@@ -152,10 +140,12 @@ def build_trainer(
 ):
     """The DPO trainer; registered as is (the registry's other keywords are ignored)."""
     cls = _dpo_trainer_cls()
+    max_length = cfg.algo.max_length
     return cls(
         model=policy,
         args=trl_args(cfg, out_dir, device),
-        train_dataset=pairs_dataset(pairs),
+        train_dataset=tokenized_dataset(tokenizer, pairs, max_length),
+        data_collator=PairCollator(pad_id(tokenizer), max_length),
         processing_class=tokenizer,
         reference=reference,
         loss=LossOptions.from_algo(cfg.algo),
@@ -163,4 +153,4 @@ def build_trainer(
     )
 
 
-registry.register("dpo", build_trainer, needs_pairs=True, prepares_reference=True)
+registry.register("dpo", build_trainer, needs_pairs=True)

@@ -50,6 +50,8 @@ class ValueHead(torch.nn.Module):
 
 
 class PPOTrainer:
+    loss_extra_bytes = 0  # the loss holds nothing beyond the policy, its value head and the reference
+
     def __init__(
         self,
         cfg,

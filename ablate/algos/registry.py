@@ -40,17 +40,14 @@ class Algorithm:
     name: str
     build: Callable[..., Any]  # build(**keywords of BUILD_KEYWORDS) -> trainer
     needs_pairs: bool = False  # trains on the preference pairs
-    prepares_reference: bool = False  # its trainer hands its own training batches to Reference.prepare
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
 
 
-def register(
-    name: str, build: Callable[..., Any], *, needs_pairs: bool = False, prepares_reference: bool = False
-) -> None:
+def register(name: str, build: Callable[..., Any], *, needs_pairs: bool = False) -> None:
     """Register ``build`` as algorithm ``name`` (one line at the end of each algorithm module)."""
-    ALGORITHMS[name] = Algorithm(name, build, needs_pairs, prepares_reference)
+    ALGORITHMS[name] = Algorithm(name, build, needs_pairs)
 
 
 def algorithm(name: str) -> Algorithm:

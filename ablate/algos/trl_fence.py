@@ -4,7 +4,9 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
 
 - DPO: ``precompute_ref_log_probs=True`` is what makes TRL load no reference model and read the reference's
   summed log-probs from the batch (``inputs["ref_chosen_logps"/"ref_rejected_logps"]``); its precompute pass
-  (``_precompute_ref_logps``) becomes the regime's preparation, and the batch gets the regime's values.
+  (``_precompute_ref_logps``) does nothing (the pipeline prepared the regime), and the batch gets the regime's
+  values. ``_prepare_dataset`` passes a dataset already in token ids through untouched, so DPO trains on the
+  pairs' one tokenisation (:mod:`ablate.tasks.pair_tokens`).
 - GRPO: TRL has no ``ref_model`` argument and loads its own copy whenever ``beta > 0``; the trainer is built
   with ``beta = 0`` (so it loads nothing), then gets its real beta and a placeholder ``ref_model``, and TRL's
   one call for reference log-probs, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered
@@ -69,9 +71,20 @@ CONTRACT: tuple[Expect, ...] = (
         "DPOTrainer.__init__",
         lambda: _dpo().__init__,
         ("self", "model", "ref_model", "args"),
-        ("self.precompute_ref_logps", "self._total_train_tokens", "self._metrics", "self._precompute_ref_logps("),
+        (
+            "self.precompute_ref_logps",
+            "self._total_train_tokens",
+            "self._metrics",
+            "self._precompute_ref_logps(",
+            "self._prepare_dataset(",
+        ),
     ),
     Expect("DPOTrainer._precompute_ref_logps", lambda: _dpo()._precompute_ref_logps, ("self", "dataset", "name")),
+    Expect(
+        "DPOTrainer._prepare_dataset",
+        lambda: _dpo()._prepare_dataset,
+        ("self", "dataset", "processing_class", "args", "dataset_name"),
+    ),
     Expect(
         "DPOTrainer._compute_loss",
         lambda: _dpo()._compute_loss,
@@ -189,6 +202,9 @@ class TRLState:
     (DPO's ``num_tokens``, not in the Trainer's own state; GRPO counts in the Trainer state and keeps it at 0),
     and the resume record built from them. Mixed in before TRL's trainer class."""
 
+    #: bytes the loss holds beyond the policy and the reference (DPO's ``algo.l2_init`` copy), for the summary
+    loss_extra_bytes: int = 0
+
     def log_metric(self, name: str, value: float) -> None:
         """One value of a metric of the current mode, averaged into TRL's next log."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
@@ -225,7 +241,7 @@ class TRLState:
 @cache
 def dpo_base():
     """``DPOTrainer`` with a regime's reference in place of TRL's. Subclasses implement
-    :meth:`reference_logps` and may override :meth:`prepare_reference`; TRL's args must have
+    :meth:`reference_logps`; TRL's args must have
     ``precompute_ref_log_probs=True`` (:data:`DPO_ARGS`)."""
     from trl import DPOTrainer
 
@@ -236,13 +252,17 @@ def dpo_base():
                 raise ValueError("the regime's DPO trainer needs DPOConfig(precompute_ref_log_probs=True)")
 
         def _precompute_ref_logps(self, dataset, name, batch_size):
-            """TRL's precompute pass, handed to the regime (training data only); the dataset is unchanged."""
-            if name == "train":
-                self.prepare_reference(dataset)
+            """TRL's precompute pass does nothing: the pipeline prepared the regime before the trainer was built."""
             return dataset
 
-        def prepare_reference(self, dataset) -> None:
-            """Called once, with the tokenised training dataset, before training."""
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            """A dataset already in token ids (:func:`ablate.tasks.pair_tokens.tokenized_dataset`) is used as is:
+            the pairs have one tokenisation; any other goes through TRL's own."""
+            from ablate.tasks.pair_tokens import COLUMNS
+
+            if set(COLUMNS) <= set(dataset.column_names):
+                return dataset
+            return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
 
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """[B/2] each: the reference's summed log-probs of the chosen and the rejected responses."""

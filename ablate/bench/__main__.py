@@ -16,7 +16,7 @@ import torch
 
 from ablate.bench.config import compose_bench, run_configs
 from ablate.inputs import RunInputs
-from ablate.tasks.pairs import pair_batches
+from ablate.tasks.pair_tokens import pair_batches
 
 log = logging.getLogger("ablate.bench")
 
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     base = configs.get("full") or next(iter(configs.values()))
     pieces = build_pieces(base)
     B = base.algo.batch_size
-    batch = pair_batches(pieces.tokenizer, pieces.pairs[:B], 2 * B)[0].to(pieces.device)
+    batch = pair_batches(pieces.tokenizer, pieces.pairs[:B], B, getattr(base.algo, "max_length", None))[0]
+    batch = batch.to(pieces.device)
 
     costs, refs = costs_mod.regime_costs(configs, pieces, batch, bench.repeats)
     frame = pd.DataFrame([vars(c) for c in costs])

@@ -62,14 +62,17 @@ def compose_bench(overrides: list[str]) -> BenchConfig:
 
 
 def run_configs(regimes: list[str], overrides: list[str]) -> dict:
-    """The validated run config each regime would train with (the bench's model/task/algo/seed overrides
-    applied), by regime."""
-    from ablate.config import validate
+    """The run config each regime would train with (the bench's model/task/algo/seed overrides applied), by
+    regime, with the CLI's checks passed (config, packages, model source, the installed TRL): bad input is one
+    line before any model loads, as for ``python -m ablate``."""
+    from ablate.algos import trl_fence
+    from ablate.cli import check_config
 
     keep = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] in RUN_KEYS]
     out = {}
     with hydra_session():
         for r in regimes:
             out[r] = compose(*keep, f"ref={r}", "logger=none", "checkpoint.interval=0")
-            validate(out[r])
+            check_config(out[r])
+    trl_fence.check()
     return out

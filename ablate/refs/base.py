@@ -79,7 +79,7 @@ class Reference(ABC):
        anything loads), then ``cls(cfg.ref, ctx)``, which loads, quantises, distils or reads a cache.
     2. **prepare**: :meth:`prepare` is called at most once, before training, with the training sequences,
        and only for a regime that declares ``wants_training_data``: the pipeline hands over the preference
-       pairs as token batches (PPO, GRPO); DPO's trainer hands over its own collator's batches instead.
+       pairs as token batches, as DPO trains on them (:mod:`ablate.tasks.pair_tokens`), for every algorithm.
     3. **use**: :meth:`logprobs` (training, timed as cost), :meth:`audit_logprobs` and :meth:`distribution`
        (the evaluator's audits, not timed).
     4. **step**: :meth:`step` after every optimiser step but the last (EMA and snapshot update there).

@@ -1,5 +1,5 @@
-"""``ref=cached``: reference log-probs precomputed once for a fixed dataset (the training pairs, as the
-trainer tokenises them), stored content-addressed, and looked up by sequence content during training.
+"""``ref=cached``: reference log-probs precomputed once for a fixed dataset (the training pairs, in the one
+tokenisation DPO trains on: :mod:`ablate.tasks.pair_tokens`), stored content-addressed, and looked up by sequence content during training.
 
 No reference weights are held while training. The cache key covers everything that changes the
 numbers: the model's fingerprint, the tokenizer (vocab, special tokens, chat template), the max length
@@ -42,7 +42,7 @@ class CachedRefConfig(RefConfig):
     miss: str = (
         "auto"  # skip | fallback | error | auto (settled by validate: error for DPO, skip for online algorithms)
     )
-    batch_size: int = 8  # precompute batch size, in sequences (does not change the values)
+    batch_size: int = 8  # precompute batch size, in pairs (2x as many sequences, laid out as DPO's batches)
 
     def __post_init__(self) -> None:
         require(
@@ -115,9 +115,9 @@ class CachedReference(Reference):
         }
 
     def prepare(self, batches: Iterable[TokenBatch]) -> None:
-        """Precompute (or load) the log-probs of every sequence in ``batches``: DPO's training sequences as its
-        collator builds them, or (online algorithms) the preference pairs' sequences, the fixed dataset this
-        regime can serve; freshly sampled responses then follow ``miss``."""
+        """Precompute (or load) the log-probs of every sequence in ``batches``: the preference pairs' sequences
+        as DPO's collator builds them, the fixed dataset this regime can serve; under online algorithms freshly
+        sampled responses then follow ``miss``."""
         t0 = time.perf_counter()
         batches = list(batches)
         keys = [row_key(b, i) for b in batches for i in range(b.input_ids.shape[0])]

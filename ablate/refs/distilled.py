@@ -4,11 +4,12 @@ The student keeps the teacher's width, tokenizer and (tied) vocabulary and a sub
 layers: it starts as the teacher's embeddings, final norm and evenly spaced layers (first and last
 included when it has two or more), and is then trained to minimise the forward KL(teacher || student)
 of the full next-token distributions at the response positions of the SFT distribution, here the
-chosen and rejected responses of the DPO pairs (each an SFT sample), rendered with the chat template.
+chosen and rejected responses of the DPO pairs (each an SFT sample), in the tokens DPO trains on
+(:mod:`ablate.tasks.pair_tokens`).
 
 The student is distilled once and cached content-addressed (safetensors + tokenizer). The key holds
 everything that changes its weights: the teacher's fingerprint, the tokenizer, the distillation
-texts, every config field, the precision and a format version. A cache hit loads no teacher.
+sequences' token ids, every config field, the precision and a format version. A cache hit loads no teacher.
 Distillation runs under a forked, seeded RNG, so it neither depends on nor disturbs the global
 random stream the training run uses afterwards (a hit and a miss leave the run identical).
 """
@@ -37,7 +38,7 @@ from ablate.refs.model_backed import ModelReference, freeze
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1
+_FORMAT = 2  # 2: keyed on the sequences' token ids (1: on their chat texts)
 _KIND = "refs/distilled"
 _LAYER_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<idx>\d+)\.(?P<rest>.+)$")
 
@@ -141,37 +142,23 @@ def init_student(teacher: torch.nn.Module, num_layers: int) -> torch.nn.Module:
 
 
 # --------------------------------------------------------------------------------------------- the data
-def render_texts(tokenizer, pairs) -> list[tuple[str, str]]:
-    """(prompt with generation prompt, prompt + response) chat texts: two per pair, chosen then rejected."""
-    out = []
-    for pair in pairs:
-        user = [{"role": "user", "content": pair.prompt}]
-        prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-        for response in (pair.chosen, pair.rejected):
-            full = tokenizer.apply_chat_template(user + [{"role": "assistant", "content": response}], tokenize=False)
-            out.append((prompt, full))
-    return out
+def training_sequences(tokenizer, pairs, max_length: int) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) of every pair's chosen then rejected sequence, in the pairs' one tokenisation
+    (:mod:`ablate.tasks.pair_tokens`), each truncated from the end to ``max_length``. Sequences with no
+    response token left are dropped."""
+    from ablate.tasks.pair_tokens import tokenize_pairs
 
-
-def texts_fingerprint(texts: list[tuple[str, str]]) -> str:
-    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
-
-
-def tokenize_texts(tokenizer, texts: list[tuple[str, str]], max_length: int) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) per sequence, truncated to ``max_length`` from the end. The response starts
-    where the tokenised prompt and prompt+response diverge (as TRL's DPO tokenisation has it). Sequences
-    with no response token left are dropped."""
     seqs = []
-    for prompt, full in texts:
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        f_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-        n_prompt = 0
-        while n_prompt < min(len(p_ids), len(f_ids)) and p_ids[n_prompt] == f_ids[n_prompt]:
-            n_prompt += 1
-        f_ids = f_ids[:max_length]
-        if len(f_ids) > n_prompt and n_prompt >= 1:
-            seqs.append((f_ids, n_prompt))
+    for row in tokenize_pairs(tokenizer, pairs, None):
+        for ids, n_prompt in row.sequences():
+            ids = ids[:max_length]
+            if len(ids) > n_prompt >= 1:
+                seqs.append((ids, n_prompt))
     return seqs
+
+
+def sequences_fingerprint(seqs: list[tuple[list[int], int]]) -> str:
+    return hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
 
 
 def split_heldout(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -226,14 +213,14 @@ def heldout_kl(teacher, student, seqs, batch_size: int, pad_id: int, device: tor
 
 
 # ----------------------------------------------------------------------------------------------- regime
-def cache_key(cfg: DistilledRefConfig, ctx: RefContext, texts: list[tuple[str, str]]) -> dict[str, Any]:
+def cache_key(cfg: DistilledRefConfig, ctx: RefContext, seqs: list[tuple[list[int], int]]) -> dict[str, Any]:
     """Everything that changes the student's weights."""
     from ablate.models.loading import tokenizer_fingerprint
 
     return {
         "model": ctx.model_fingerprint,
         "tokenizer": tokenizer_fingerprint(ctx.tokenizer),
-        "texts": texts_fingerprint(texts),
+        "sequences": sequences_fingerprint(seqs),
         "config": _config_dict(cfg),
         "precision": _precision(ctx),
         "format": _FORMAT,
@@ -281,8 +268,8 @@ class DistilledReference(ModelReference):
     def build_model(self) -> torch.nn.Module:
         from ablate.models.loading import ModelSource, load_model
 
-        texts = render_texts(self.ctx.tokenizer, self.ctx.train_data)
-        self.entry = CacheEntry(self._cache_root(), _KIND, cache_key(self.cfg, self.ctx, texts))
+        seqs = training_sequences(self.ctx.tokenizer, self.ctx.train_data, self.cfg.max_length)
+        self.entry = CacheEntry(self._cache_root(), _KIND, cache_key(self.cfg, self.ctx, seqs))
         if self.entry.valid():
             meta = self.entry.meta
             self._stats = dict(meta["distill"])
@@ -293,7 +280,7 @@ class DistilledReference(ModelReference):
                 ModelSource(self.entry.path, "distilled:" + self.entry.digest), self.ctx.device, dtype=dtype
             )
         assert self.ctx.load_model is not None, "RefContext.load_model is required to distil a reference"
-        student, stats = self.distil(texts)
+        student, stats = self.distil(seqs)
         dtype = str(next(student.parameters()).dtype).removeprefix("torch.")
         with self.entry.build(extra_meta={"distill": stats, "dtype": dtype}) as tmp:
             student.save_pretrained(tmp)
@@ -301,8 +288,8 @@ class DistilledReference(ModelReference):
         self._stats = stats
         return student
 
-    def distil(self, texts: list[tuple[str, str]]) -> tuple[torch.nn.Module, dict[str, Any]]:
-        """Load the teacher, train the student on the texts, free the teacher. Returns (student, stats)."""
+    def distil(self, seqs: list[tuple[list[int], int]]) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """Load the teacher, train the student on the sequences, free the teacher. Returns (student, stats)."""
         from tqdm.auto import tqdm
 
         from ablate.models.precision import autocast
@@ -310,7 +297,6 @@ class DistilledReference(ModelReference):
         cfg, ctx, device = self.cfg, self.ctx, self.ctx.device
         tok = ctx.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        seqs = tokenize_texts(tok, texts, cfg.max_length)
         if len(seqs) < 2:
             raise ConfigError(
                 f"ref=distilled needs at least 2 sequences with a response token within "

@@ -11,13 +11,9 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ablate.cache import CacheEntry
 from ablate.tasks.prompts import prompts_fingerprint
-
-if TYPE_CHECKING:
-    from ablate.refs.base import TokenBatch
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +141,8 @@ def pairs_for_run(cfg, cache_root: Path, source, tokenizer, train_prompts: list[
 
 
 def pairs_dataset(pairs):
-    """TRL's conversational preference format."""
+    """The pairs in TRL's conversational preference format, for stock TRL, which tokenises them itself (the
+    bench's stock-TRL comparison, the tests). The harness trains on :mod:`ablate.tasks.pair_tokens`."""
     from datasets import Dataset
 
     return Dataset.from_list(
@@ -158,30 +155,3 @@ def pairs_dataset(pairs):
             for p in pairs
         ]
     )
-
-
-def pair_batches(tok, pairs, batch_size: int) -> list[TokenBatch]:
-    """The pairs' chosen and rejected sequences (chat template applied, EOS after each response) as
-    right-padded batches with completion masks."""
-    import torch
-
-    from ablate.models.sampling import chat_prompt_texts
-    from ablate.refs.base import TokenBatch
-
-    rows = []
-    for p in pairs:
-        prompt_ids = tok(chat_prompt_texts(tok, [p.prompt])[0], add_special_tokens=False)["input_ids"]
-        for response in (p.chosen, p.rejected):
-            resp_ids = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            rows.append((prompt_ids + resp_ids, [0] * len(prompt_ids) + [1] * len(resp_ids)))
-    batches = []
-    for i in range(0, len(rows), batch_size):
-        chunk = rows[i : i + batch_size]
-        width = max(len(r[0]) for r in chunk)
-        ids = torch.full((len(chunk), width), tok.pad_token_id)
-        att = torch.zeros((len(chunk), width), dtype=torch.long)
-        comp = torch.zeros((len(chunk), width), dtype=torch.long)
-        for j, (r, m) in enumerate(chunk):
-            ids[j, : len(r)], att[j, : len(r)], comp[j, : len(r)] = torch.tensor(r), 1, torch.tensor(m)
-        batches.append(TokenBatch(ids, att, comp))
-    return batches

@@ -77,7 +77,7 @@ def train_or_load(
     if not entry.valid():
         from trl import RewardConfig, RewardTrainer
 
-        from ablate.tasks.pairs import pairs_dataset
+        from ablate.tasks.pair_tokens import reward_dataset
 
         log.info("training the proxy reward model on %d gold-labelled pairs (cached afterwards)", len(pairs))
         t0 = time.perf_counter()
@@ -99,7 +99,10 @@ def train_or_load(
                 disable_tqdm=False,
             )
             trainer = RewardTrainer(
-                model=str(source.path), args=args, train_dataset=pairs_dataset(pairs), processing_class=tokenizer
+                model=str(source.path),
+                args=args,
+                train_dataset=reward_dataset(tokenizer, pairs),
+                processing_class=tokenizer,
             )
             trainer.train()
             trainer.model.config.pad_token_id = tokenizer.pad_token_id

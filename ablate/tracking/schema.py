@@ -143,6 +143,9 @@ METRICS: list[Metric] = [
            "bytes the reference keeps on disk (caches)"),
     Metric("ref_forward_calls", "cost/ref_forward_calls", "calls", None,
            "reference forward calls while training"),
+    Metric("loss_extra_bytes", None, "bytes", "lower",
+           "bytes the loss holds beyond the policy and the reference (algo.l2_init's copy of the initial weights; "
+           "0 without it), not in ref_bytes"),
     Metric("wall_s", None, "s", "lower",
            "wall time of the job, earlier attempts of a resumed job included",
            required=True),

@@ -10,6 +10,7 @@ import torch
 from ablate.algos.dpo import _dpo_trainer_cls
 from ablate.models.loading import load_model
 from ablate.refs.full import FullRefConfig, FullReference
+from ablate.tasks.pair_tokens import PairCollator, pad_id, tokenized_dataset
 from ablate.tasks.pairs import Pair, pairs_dataset
 
 PAIRS = [
@@ -42,6 +43,14 @@ def _args(tmp_path, precompute: bool):
     )
 
 
+def _our_data(tokenizer) -> dict:
+    """The harness's way in: the pairs' one tokenisation and its collator (DPO's build_trainer passes these)."""
+    return {
+        "train_dataset": tokenized_dataset(tokenizer, PAIRS, None),
+        "data_collator": PairCollator(pad_id(tokenizer), None),
+    }
+
+
 def _losses(trainer):
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
 
@@ -63,7 +72,7 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
     ours = _dpo_trainer_cls()(
         model=load_model(tiny_source, cpu),
         args=_args(tmp_path / "ours", precompute=True),
-        train_dataset=pairs_dataset(PAIRS),
+        **_our_data(tokenizer),
         processing_class=tokenizer,
         reference=reference,
     )
@@ -85,6 +94,7 @@ def test_regime_trainer_matches_stock_trl_with_a_reference_model(tmp_path, tiny_
 def test_cached_regime_trains_like_full_with_zero_reference_forwards(
     tmp_path, tiny_source, tokenizer, ref_ctx, cache_root
 ):
+    from ablate.inputs import prepare_from_pairs
     from ablate.refs.cached import CachedRefConfig, CachedReference
 
     cpu = torch.device("cpu")
@@ -94,10 +104,11 @@ def test_cached_regime_trains_like_full_with_zero_reference_forwards(
         ("full", FullReference(FullRefConfig(), ref_ctx)),
         ("cached", CachedReference(CachedRefConfig(miss="error"), ref_ctx)),
     ):
+        prepare_from_pairs(reference, tokenizer, PAIRS)  # as the pipeline does, for every algorithm
         trainer = _dpo_trainer_cls()(
             model=load_model(tiny_source, cpu),
             args=_args(tmp_path / name, precompute=True),
-            train_dataset=pairs_dataset(PAIRS),
+            **_our_data(tokenizer),
             processing_class=tokenizer,
             reference=reference,
         )
@@ -322,3 +333,4 @@ def test_l2_to_initial_weights_trains_logs_its_loss_and_costs_the_loss_not_the_r
     assert trainer.l2_init().item() == pytest.approx(want.item(), rel=1e-5)
     n_bytes = sum(p.numel() * p.element_size() for p in initial.parameters())
     assert logs[0]["loss_extra_bytes"] == n_bytes and ref.cost().bytes_held == 0
+    assert trainer.loss_extra_bytes == n_bytes  # what the pipeline puts in summary.json

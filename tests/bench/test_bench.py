@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from tests.conftest import REPO
 
@@ -51,13 +52,21 @@ def test_bench_on_tiny(tmp_path):
     assert len(rows) >= 6
 
 
-def test_bench_bad_regime_is_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["model=tiny", "regimes=[full,int3]"], "int3"),
+        # the CLI's source check, before any model loads (not a from_pretrained traceback)
+        (["model=hf", "model.name_or_path=/nonexistent/folder", "regimes=[full]"], "no such folder"),
+    ],
+)
+def test_bench_bad_input_is_one_line(tmp_path, args, says):
     res = subprocess.run(
-        [sys.executable, "-m", "ablate.bench", "model=tiny", "regimes=[full,int3]"],
+        [sys.executable, "-m", "ablate.bench", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert res.returncode == 2
-    assert len(res.stderr.strip().splitlines()) == 1 and "int3" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and says in res.stderr

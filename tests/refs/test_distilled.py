@@ -17,11 +17,10 @@ from ablate.refs.distilled import (
     heldout_kl,
     init_student,
     n_params,
-    render_texts,
     resolve_num_layers,
     select_layers,
     split_heldout,
-    tokenize_texts,
+    training_sequences,
 )
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.pairs import Pair
@@ -185,14 +184,13 @@ def test_auto_depth_follows_param_fraction(teacher):
 
 
 def test_response_mask_covers_exactly_the_assistant_reply(tok):
-    texts = render_texts(tok, PAIRS[:1])
-    assert len(texts) == 2 and texts[0][1].startswith(texts[0][0])
-    (ids, n_prompt), (ids_r, n_prompt_r) = tokenize_texts(tok, texts, max_length=256)
+    (ids, n_prompt), (ids_r, n_prompt_r) = training_sequences(tok, PAIRS[:1], max_length=256)
     assert tok.decode(ids[n_prompt:]).startswith(PAIRS[0].chosen)
     assert tok.decode(ids_r[n_prompt_r:]).startswith(PAIRS[0].rejected)
     assert tok.decode(ids[:n_prompt]).endswith("assistant\n")
-    (short, n), _ = tokenize_texts(tok, texts, max_length=n_prompt + 2)  # truncated from the end
+    (short, n), _ = training_sequences(tok, PAIRS[:1], max_length=n_prompt + 2)  # truncated from the end
     assert len(short) == n_prompt + 2 and n == n_prompt
+    assert training_sequences(tok, PAIRS[:1], max_length=n_prompt) == []  # no response token left: dropped
 
 
 def test_heldout_split_is_seeded_and_disjoint():
@@ -223,7 +221,7 @@ def test_distillation_lowers_the_heldout_kl(built, teacher, ctx, tok):
     print(f"held-out KL(teacher || student): before {before:.4g}, after {after:.4g}")
     assert 0 < after < before / 2
     # the reported number is the final student's: recompute it on the same held-out split
-    seqs = tokenize_texts(tok, render_texts(tok, ctx.train_data), 256)
+    seqs = training_sequences(tok, ctx.train_data, 256)
     _, held = split_heldout(len(seqs), 0.2, seed=0)
     again = heldout_kl(teacher, ref.model, [seqs[i] for i in held], 4, tok.pad_token_id, CPU)
     assert again == pytest.approx(after, rel=1e-4)
@@ -262,13 +260,13 @@ def test_second_construction_hits_the_cache(built, ctx, loads):
 
 def test_key_changes_with_steps_precision_and_data(built, ctx, tok):
     ref, _ = built
-    texts = render_texts(tok, PAIRS)
-    key = cache_key(DistilledRefConfig(**MAIN), ctx, texts)
+    seqs = training_sequences(tok, PAIRS, 256)
+    key = cache_key(DistilledRefConfig(**MAIN), ctx, seqs)
     assert key == ref.entry.key
-    assert cache_key(DistilledRefConfig(**{**MAIN, "steps": 26}), ctx, texts) != key
-    assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, precision="bf16"), texts) != key
-    assert cache_key(DistilledRefConfig(**MAIN), ctx, render_texts(tok, PAIRS[:-1])) != key
-    assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, model_fingerprint="other"), texts) != key
+    assert cache_key(DistilledRefConfig(**{**MAIN, "steps": 26}), ctx, seqs) != key
+    assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, precision="bf16"), seqs) != key
+    assert cache_key(DistilledRefConfig(**MAIN), ctx, training_sequences(tok, PAIRS[:-1], 256)) != key
+    assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, model_fingerprint="other"), seqs) != key
 
 
 def test_other_steps_is_another_entry_and_a_corrupted_entry_is_rebuilt(built, ctx, loads):
