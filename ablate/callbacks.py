@@ -121,19 +121,25 @@ class TrainLogCallback(RunCallback):
 
 
 class CheckpointCallback(RunCallback):
-    """Completes each checkpoint the trainer writes with what a resumed job needs: the job's state, the
-    trainer's resume state (KL coefficient, TRL's token counter) and the reference's state. A diverged job is
-    never checkpointed (never resumed into)."""
+    """Decides at each step end whether the trainer saves (:class:`ablate.tracking.checkpoint.SavePolicy`), and
+    completes each checkpoint it writes with what a resumed job needs: the job's state, the trainer's resume
+    state (KL coefficient, TRL's token counter) and the reference's state. A diverged job is never checkpointed
+    (never resumed into)."""
 
-    def __init__(self, state, policy, *, reference):
+    def __init__(self, state, policy, *, reference, saving: checkpoint.SavePolicy):
         super().__init__(state, policy)
         self.reference = reference
+        self.saving = saving
+
+    def on_step_end(self, args, st, control, **kw):
+        control.should_save = self.state.status == "finished" and self.saving.due(st.global_step, st.max_steps)
 
     def on_save(self, args, st, control, **kw):
         if self.state.status != "finished":
             return
         path = Path(args.output_dir) / f"checkpoint-{st.global_step}"
         checkpoint.complete(path, {**self.state.to_dict(), **self.trainer.resume_state()}, self.reference)
+        self.saving.saved()
 
 
 def run_callbacks(cfg, *, state, policy, evaluator, reference, folder, logger) -> list[RunCallback]:
@@ -145,7 +151,9 @@ def run_callbacks(cfg, *, state, policy, evaluator, reference, folder, logger) -
         DivergenceCallback(state, policy),
         ReferenceStepCallback(state, policy, reference=reference),
         TrainLogCallback(state, policy, folder=folder, logger=logger),
-        CheckpointCallback(state, policy, reference=reference),
+        CheckpointCallback(
+            state, policy, reference=reference, saving=checkpoint.SavePolicy.from_config(cfg.checkpoint)
+        ),
     ]
 
 

@@ -17,6 +17,7 @@ from ablate.config import Config, validate
 from ablate.pipeline import train_and_evaluate
 from ablate.ref_metrics import cost_metrics
 from ablate.tracking import checkpoint, resume, schema
+from ablate.tracking.disk import UNAVAILABLE, written_bytes
 from ablate.tracking.memory import peak_rss_bytes
 from ablate.tracking.provenance import provenance
 from ablate.tracking.run_dir import RunFolder, to_python
@@ -41,9 +42,21 @@ class JobState:
     last_eval: Any = None
     wall_s: float = 0.0  # wall time of earlier attempts (a resumed job)
     t0: float = 0.0  # perf_counter origin of this job, earlier attempts included
+    disk_bytes: float = 0.0  # bytes earlier attempts wrote (a resumed job)
+    io0: float | None = None  # this process's written bytes when this attempt started (None: not measurable)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
+
+    def start(self) -> None:
+        """Start this attempt's clocks: wall time and bytes written continue from earlier attempts."""
+        self.t0 = time.perf_counter() - self.wall_s
+        self.io0 = written_bytes()
+
+    def written(self) -> float:
+        """Bytes the job has written to storage, earlier attempts included; NaN where the OS does not say."""
+        now = written_bytes()
+        return self.disk_bytes + now - self.io0 if now is not None and self.io0 is not None else NAN
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -56,6 +69,7 @@ class JobState:
             "first_eval": ev(self.first_eval),
             "last_eval": ev(self.last_eval),
             "wall_s": self.elapsed(),
+            "disk_bytes_written": self.written(),
         }
 
     @classmethod
@@ -70,6 +84,7 @@ class JobState:
             first_eval=ev(d["first_eval"]),
             last_eval=ev(d["last_eval"]),
             wall_s=d.get("wall_s", 0.0),
+            disk_bytes=d.get("disk_bytes_written", 0.0),
         )
 
 
@@ -91,6 +106,7 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
         summary.setdefault(key.removeprefix("cost/"), value)
     summary["wall_s"] = wall_s
     summary["peak_rss_bytes"] = peak_rss_bytes()
+    summary["disk_bytes_written"] = state.written()
     reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}
     if at_step0:
         reasons.update({f"{k}_step0": v for k, v in state.first_eval.nan_reasons.items()})
@@ -100,6 +116,7 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
         reasons.setdefault("win_rate", f"no evaluation completed ({state.reason or 'run ended early'})")
     if not state.steps:
         reasons.setdefault("ref_ms_per_step", "no training step completed")
+    reasons.setdefault("disk_bytes_written", UNAVAILABLE)
     summary["nan_reasons"] = {
         k: v for k, v in reasons.items() if isinstance(summary.get(k), float) and math.isnan(summary[k])
     }
@@ -189,7 +206,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         state = JobState.from_dict(decision.checkpoint[1])
         folder.truncate_metrics(state.steps)
     logger = make_logger(cfg, raw, out_dir)
-    state.t0 = time.perf_counter() - state.wall_s
+    state.start()
     extra = job_extra(cfg, resumed_from=state.steps if decision.checkpoint is not None else None)
     summary = train_and_summarise(cfg, folder, logger, state, extra, decision.checkpoint)
     if state.status in ("finished", "diverged") and not cfg.checkpoint.keep:  # final: nothing to resume

@@ -79,6 +79,7 @@ BAD = [
     (["task.temperature=0.7"], "task.temperature must be 1.0, got 0.7: evaluation's k1/k3 KL estimates"),
     (["eval.interval=-1"], "eval.interval"),
     (["checkpoint.interval=-1"], "checkpoint.interval must be >= 0"),
+    (["checkpoint.minutes=-1"], "checkpoint.minutes must be >= 0"),
     (["divergence.max_kl=0"], "divergence.max_kl must be > 0"),
     (["model=tiny", "model.adapter.r=0"], "model.adapter.r must be >= 1"),
     (["model=tiny", "model.adapter.dropout=1.0"], "model.adapter.dropout must be in [0, 1)"),

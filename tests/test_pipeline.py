@@ -30,6 +30,23 @@ def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
     assert summary["ref_updates"] == 2
 
 
+def test_checkpoints_by_policy_and_the_bytes_they_cost(tmp_path):
+    """checkpoint.interval=1 with keep: steps 1 and 2 are saved then pruned, the last step's is kept, and
+    ``disk_bytes_written`` counts all three (the kernel's count of what the job wrote). The default policy
+    (by wall time, 10 minutes) saves nothing in a run this short."""
+    raw = compose(*TINY, "ref=full", "checkpoint.interval=1", "checkpoint.keep=true")
+    raw.out_dir = str(tmp_path / "kept")
+    summary = run_job(raw)
+    kept = tmp_path / "kept" / "checkpoints"
+    assert sorted(p.name for p in kept.glob("checkpoint-*")) == ["checkpoint-3"]
+    one = sum(f.stat().st_size for f in (kept / "checkpoint-3").rglob("*") if f.is_file())
+    assert summary["disk_bytes_written"] >= 3 * one > 0
+    raw = compose(*[o for o in TINY if not o.startswith("checkpoint.")], "ref=full")
+    raw.out_dir = str(tmp_path / "default")
+    lean = run_job(raw)
+    assert lean["disk_bytes_written"] < one  # no checkpoint written
+
+
 def test_algorithms_are_looked_up_in_a_registry():
     """The pipeline picks the trainer from the registry (no if/elif on algorithm names); DPO trains on the pairs,
     the online algorithms do not."""

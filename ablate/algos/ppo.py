@@ -228,7 +228,6 @@ class PPOTrainer:
             self.load_checkpoint(resume_from_checkpoint)
         self.model.train()
         self._call("on_train_begin")
-        interval = self.cfg.checkpoint.interval
         for step in tqdm(
             range(self.state.global_step + 1, self.algo.max_steps + 1),
             desc="ppo",
@@ -252,7 +251,7 @@ class PPOTrainer:
                 logs["reward_gold"] = sum(data["gold"]) / len(data["gold"])
             if self.beta != 0.0:
                 self.beta = self.kl_controller.update(kl)
-            self.control.should_save = bool(interval) and step % interval == 0
+            self.control.should_save = False  # the run's checkpoint callback decides (on_step_end)
             self._call("on_step_end")
             self._call("on_log", logs=logs)
             if self.control.should_save:

@@ -1,6 +1,6 @@
 """The TrainingArguments every TRL trainer here shares: CPU-sane, no hub, no reports, seeds and precision
-from our config; checkpoints (for resuming) in ``<run>/checkpoints`` every ``checkpoint.interval`` steps,
-pruned by ``ablate.tracking.checkpoint`` rather than by the Trainer (so a kill mid-save leaves an older one)."""
+from our config; checkpoints (for resuming) in ``<run>/checkpoints`` when ``cfg.checkpoint`` says (the run's
+checkpoint callback decides at each step), pruned by ``ablate.tracking.checkpoint`` rather than by the Trainer (so a kill mid-save leaves an older one)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ablate.tracking.checkpoint import checkpoints_dir
+from ablate.tracking.checkpoint import SavePolicy, checkpoints_dir
 
 
 def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
@@ -24,8 +24,9 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         weight_decay=algo.weight_decay,
         max_grad_norm=algo.max_grad_norm,
         logging_steps=1,
-        save_strategy="steps" if cfg.checkpoint.interval else "no",
-        save_steps=cfg.checkpoint.interval or 500,
+        # the run's CheckpointCallback decides at each step end whether to save (SavePolicy)
+        save_strategy="steps" if SavePolicy.from_config(cfg.checkpoint).ever else "no",
+        save_steps=cfg.checkpoint.interval or algo.max_steps,
         save_total_limit=None,
         save_only_model=False,
         report_to="none",

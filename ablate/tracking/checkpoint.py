@@ -1,5 +1,7 @@
 """Resumable jobs: ``<run>/checkpoints/checkpoint-<step>/`` plus what ablate needs on top of the trainer's state.
 
+:class:`SavePolicy` decides when (by steps and by wall time, never the last step unless kept).
+
 The trainer (TRL's, or our PPO) writes its checkpoint folder (weights, optimiser, scheduler, RNG); then
 :func:`complete` adds the regime's state (``reference.pt``: EMA / snapshot weights, cost counters) and,
 last and atomically, ``ablate_state.json`` (evaluations so far, KL coefficient, wall time). A checkpoint
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,38 @@ CHECKPOINTS = "checkpoints"
 MARKER = "ablate_state.json"
 REFERENCE_STATE = "reference.pt"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class SavePolicy:
+    """When a job saves a checkpoint (``cfg.checkpoint``): every ``interval`` steps, and at the first step end
+    after ``minutes`` of wall time since the attempt started or the last save; at the last step only to ``keep``
+    it (a finished job's summary is its result, and its checkpoints are deleted)."""
+
+    interval: int = 0
+    minutes: float = 10.0
+    keep: bool = False
+    last: float = field(default_factory=time.monotonic)  # when the attempt started or last saved
+
+    @classmethod
+    def from_config(cls, ckpt) -> SavePolicy:
+        return cls(interval=ckpt.interval, minutes=ckpt.minutes, keep=ckpt.keep)
+
+    @property
+    def ever(self) -> bool:
+        """Whether this policy can save at all."""
+        return bool(self.interval or self.minutes or self.keep)
+
+    def due(self, step: int, max_steps: int, now: float | None = None) -> bool:
+        if step >= max_steps:
+            return self.keep
+        if self.interval and step % self.interval == 0:
+            return True
+        now = time.monotonic() if now is None else now
+        return self.minutes > 0 and now - self.last >= 60.0 * self.minutes
+
+    def saved(self, now: float | None = None) -> None:
+        self.last = time.monotonic() if now is None else now
 
 
 def checkpoints_dir(out_dir: str | Path) -> Path:

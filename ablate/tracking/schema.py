@@ -151,6 +151,10 @@ METRICS: list[Metric] = [
            required=True),
     Metric("peak_rss_bytes", None, "bytes", "lower",
            "peak resident memory of the job's process (a reused launcher worker carries earlier jobs' peak)"),
+    Metric("disk_bytes_written", None, "bytes", "lower",
+           "bytes the job's process wrote to storage (Linux /proc/self/io write_bytes): checkpoints, pruned ones "
+           "included, caches it built, its run folder; earlier attempts of a resumed job included; not W&B's "
+           "own service process"),
 ]
 # fmt: on
 

@@ -67,3 +67,18 @@ def test_truncate_metrics_keeps_steps_up_to_the_checkpoint(tmp_path):
         folder.log_metrics(step, {"train/loss": float(step)})
     folder.truncate_metrics(2)
     assert [r["step"] for r in folder.read_metrics()] == [0, 1, 2]
+
+
+def test_save_policy_by_steps_by_time_and_never_the_last_step_unless_kept():
+    from ablate.tracking.checkpoint import SavePolicy
+
+    steps = SavePolicy(interval=2, minutes=0, last=0.0)
+    assert [s for s in range(1, 7) if steps.due(s, 6, now=1e9)] == [2, 4]  # not 6: the last step
+    timed = SavePolicy(interval=0, minutes=1.0, last=100.0)
+    assert not timed.due(1, 6, now=159.0) and timed.due(1, 6, now=160.0)
+    timed.saved(now=160.0)
+    assert not timed.due(2, 6, now=219.0) and timed.due(2, 6, now=220.0)
+    assert not timed.due(6, 6, now=1e9)  # a finished job's summary is its result
+    kept = SavePolicy(interval=0, minutes=0, keep=True)
+    assert kept.due(6, 6) and not kept.due(5, 6) and kept.ever
+    assert not SavePolicy(interval=0, minutes=0).ever

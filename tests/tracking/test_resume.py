@@ -36,6 +36,7 @@ TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_seco
 OTHER = (
     "pairs_cache_hit",
     "resumed_from_step",
+    "disk_bytes_written",  # the killed job wrote a checkpoint more
     "provenance",
     # the HF Trainer's end-of-training average loss covers the steps of the last attempt only
     "train/train_loss",
