@@ -27,6 +27,9 @@ KLControl = Literal["fixed", "adaptive"]  # adaptive: Ziegler et al. 2019
 KLEstimator = Literal["k3", "k1"]  # k3: (e^l - 1) - l, unbiased, >= 0 (GRPO's); k1: -l, unbiased, often < 0
 RewardSource = Literal["gold", "learned"]  # gold: VADER; learned: a reward model trained on gold-labelled pairs
 LoggerMode = Literal["offline", "online", "disabled"]
+# coupled: Gumbel-max with noise keyed by (seed, prompt, sample, position, token), the same response at any batch
+# size and for any model that agrees; multinomial: generate(do_sample=True) under a seeded global RNG (the former)
+Sampler = Literal["coupled", "multinomial"]
 
 
 def require(cond: bool, msg: str) -> None:
@@ -312,9 +315,12 @@ class EvalConfig:
     seed: int | None = None
     # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
     precision: str = "fp32"  # Precision
+    # how responses are drawn (ablate.models.sampling): coupled makes the step-0 policy's responses the SFT baseline's
+    sampler: str = "coupled"  # Sampler
 
     def __post_init__(self) -> None:
         require_choice("eval.precision", self.precision, Precision)
+        require_choice("eval.sampler", self.sampler, Sampler)
         require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
         require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
 

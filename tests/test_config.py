@@ -166,6 +166,7 @@ def test_each_schema_is_stored_under_its_name_default(group):
 CHOICES = [
     ("model.precision", C.Precision, []),
     ("eval.precision", C.Precision, []),
+    ("eval.sampler", C.Sampler, []),
     ("algo.loss_type", C.DPOLoss, []),
     ("algo.kl_estimator", C.KLEstimator, ["algo=grpo"]),
     ("algo.kl_control", C.KLControl, ["algo=ppo"]),

@@ -34,7 +34,8 @@ LOGP_KEYS = ("logp_mae", "logp_rmse", "logp_max_err")
 
 def sampling_seed(eval_seed: int | None, run_seed: int) -> int:
     """The evaluation's sampling seed: ``eval.seed`` when set, else ``1234 + 1000 * seed`` (each run seed has
-    its own evaluation noise; seed 0 keeps the former fixed 1234). The SFT baseline uses this seed + 1."""
+    its own evaluation noise; seed 0 keeps the former fixed 1234). The SFT baseline is sampled with the same seed
+    and keys as the policy: with the coupled sampler a policy equal to the SFT model gives its responses exactly."""
     return int(eval_seed) if eval_seed is not None else 1234 + 1000 * int(run_seed)
 
 
@@ -89,8 +90,9 @@ class Evaluator:
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
 
     # ------------------------------------------------------------------------------------ sampling
-    def _sample(self, model, seed: int, desc: str) -> list[SampledBatch]:
-        """Responses sampled in ``eval.precision``, outside Accelerate's per-call autocast wrapper."""
+    def _sample(self, model, desc: str) -> list[SampledBatch]:
+        """Responses sampled with ``eval.sampler`` in ``eval.precision``, outside Accelerate's per-call autocast
+        wrapper; every model is sampled with the same seed and keys (prompt i, sample 0), so they are coupled."""
         with unwrapped_forward(model):
             return sample(
                 model,
@@ -99,15 +101,16 @@ class Evaluator:
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
                 batch_size=self.cfg.batch_size,
-                seed=seed,
+                seed=self.seed,
                 precision=self.precision,
                 desc=desc,
+                sampler=self.cfg.sampler,
             )
 
     def sft_baseline(self) -> dict:
-        """The SFT model's responses to the evaluation prompts, sampled once (another seed than the policy's)."""
+        """The SFT model's responses to the evaluation prompts, sampled once with the policy's seed and keys."""
         if self._sft is None:
-            texts = [t for b in self._sample(self.judge, self.seed + 1, "eval: SFT baseline") for t in b.texts]
+            texts = [t for b in self._sample(self.judge, "eval: SFT baseline") for t in b.texts]
             self._sft = {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
         return self._sft
 
@@ -216,7 +219,7 @@ class Evaluator:
         audit = _Audit()
         texts: list[str] = []
         try:
-            for sb in self._sample(policy, self.seed, f"eval@{step}: sampling"):
+            for sb in self._sample(policy, f"eval@{step}: sampling"):
                 texts += sb.texts
                 self._audit_batch(policy, reference, sb, audit)
             ppl = self.perplexity(policy)

@@ -3,17 +3,29 @@
 Samples are drawn at the given temperature with no top-k/top-p truncation, so they are samples
 from the model's own distribution: the per-token log-probs the evaluator scores are the ones
 the sampler used (at temperature 1).
+
+Two samplers:
+
+- ``coupled`` (the default): Gumbel-max with noise keyed by (seed, prompt id, sample index, position, token)
+  (:mod:`ablate.models.coupled`), decoded greedily by ``generate``. A row's response depends only on its key and
+  the model, not on the batch it is in; two models that agree give the same responses. The global RNG is not used.
+- ``multinomial``: ``generate(do_sample=True)`` under ``torch.manual_seed(seed)`` (in a forked RNG), the former
+  sampler, kept as a baseline: its draws depend on the batch size and composition.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
+from ablate.models.coupled import CoupledGumbel
 from ablate.models.precision import autocast
 from ablate.refs.base import TokenBatch
+
+SAMPLERS = ("coupled", "multinomial")
 
 
 @dataclass
@@ -38,6 +50,46 @@ def _response_mask(resp: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (~after_first).long()
 
 
+def _generation_config(tokenizer, sampler: str, max_new_tokens: int, temperature: float):
+    """Greedy decoding for ``coupled`` (the noise is in the logits), untruncated multinomial sampling otherwise."""
+    from transformers import GenerationConfig
+
+    common = dict(
+        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
+    if sampler == "coupled":
+        return GenerationConfig(do_sample=False, **common)
+    return GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common)
+
+
+def _rng_scope(sampler: str, seed: int, device: torch.device):
+    """The multinomial sampler draws from the global RNG, seeded and forked; the coupled one needs no RNG."""
+    if sampler == "coupled":
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def forked():
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
+
+    return forked()
+
+
+def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer) -> SampledBatch:
+    """The SampledBatch of one generated chunk: masks up to the first EOS and the decoded responses."""
+    eos_id = tokenizer.eos_token_id
+    prompt_len = enc["input_ids"].shape[1]
+    resp = seqs[:, prompt_len:]
+    resp_mask = _response_mask(resp, eos_id)
+    attention = torch.cat([enc["attention_mask"], resp_mask], dim=1)
+    completion = torch.cat([torch.zeros_like(enc["attention_mask"]), resp_mask], dim=1)
+    texts = tokenizer.batch_decode(resp.masked_fill(resp_mask == 0, tokenizer.pad_token_id), skip_special_tokens=True)
+    return SampledBatch(
+        chunk, [t.strip() for t in texts], TokenBatch(seqs, attention, completion), resp_mask.sum(1).tolist()
+    )
+
+
 @torch.no_grad()
 def sample(
     model,
@@ -51,53 +103,42 @@ def sample(
     precision: str = "fp32",
     n_per_prompt: int = 1,
     desc: str | None = None,
+    sampler: str = "coupled",
+    prompt_ids: list[int] | None = None,
 ) -> list[SampledBatch]:
-    """Sample ``n_per_prompt`` responses per prompt. Deterministic for a seed; leaves the global RNG alone."""
-    from transformers import GenerationConfig
+    """Sample ``n_per_prompt`` responses per prompt. Deterministic for a seed; leaves the global RNG alone.
 
+    With ``sampler="coupled"`` the response to prompt ``i``, sample ``j`` is keyed by (seed, ``prompt_ids[i]``,
+    ``j``) (``prompt_ids`` defaults to 0..len(prompts)-1): the same key gives the same response at any batch size."""
+    from transformers import LogitsProcessorList
+
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
+    if len(ids) != len(prompts):
+        raise ValueError(f"prompt_ids has {len(ids)} ids for {len(prompts)} prompts")
     device = next(model.parameters()).device
-    eos_id = tokenizer.eos_token_id
-    gen_cfg = GenerationConfig(
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=eos_id,
-    )
+    gen_cfg = _generation_config(tokenizer, sampler, max_new_tokens, temperature)
     expanded = [p for p in prompts for _ in range(n_per_prompt)]
+    keys = [(i, j) for i in ids for j in range(n_per_prompt)]
     was_training = model.training
     model.eval()
     out: list[SampledBatch] = []
-    fork_devices = [device] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=fork_devices):
-            torch.manual_seed(seed)
+        with _rng_scope(sampler, seed, device):
             starts = range(0, len(expanded), batch_size)
             for start in tqdm(starts, desc=desc or "sampling", unit="batch", leave=False, disable=desc is None):
                 chunk = expanded[start : start + batch_size]
                 enc = tokenizer(
                     chat_prompt_texts(tokenizer, chunk), return_tensors="pt", padding=True, add_special_tokens=False
                 ).to(device)
+                processors = LogitsProcessorList()
+                if sampler == "coupled":
+                    width = enc["input_ids"].shape[1]
+                    processors.append(CoupledGumbel(seed, keys[start : start + batch_size], width, temperature))
                 with autocast(device, precision):
-                    seqs = model.generate(**enc, generation_config=gen_cfg)
-                prompt_len = enc["input_ids"].shape[1]
-                resp = seqs[:, prompt_len:]
-                resp_mask = _response_mask(resp, eos_id)
-                attention = torch.cat([enc["attention_mask"], resp_mask], dim=1)
-                completion = torch.cat([torch.zeros_like(enc["attention_mask"]), resp_mask], dim=1)
-                texts = tokenizer.batch_decode(
-                    resp.masked_fill(resp_mask == 0, tokenizer.pad_token_id), skip_special_tokens=True
-                )
-                out.append(
-                    SampledBatch(
-                        chunk,
-                        [t.strip() for t in texts],
-                        TokenBatch(seqs, attention, completion),
-                        resp_mask.sum(1).tolist(),
-                    )
-                )
+                    seqs = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)
+                out.append(_assemble(chunk, enc, seqs, tokenizer))
     finally:
         model.train(was_training)
     return out

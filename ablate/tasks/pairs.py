@@ -18,7 +18,7 @@ from ablate.tasks.prompts import prompts_fingerprint
 log = logging.getLogger(__name__)
 
 PAIRS_FILE = "pairs.jsonl"
-_FORMAT = 1
+_FORMAT = 2  # 2: the coupled sampler
 
 
 @dataclass
@@ -35,18 +35,22 @@ class PairSettings:
     samples_per_prompt: int
     max_new_tokens: int
     temperature: float
-    batch_size: int  # changes the RNG stream, so it is part of the key
+    batch_size: int  # in the key only for the multinomial sampler, whose RNG stream it changes
     seed: int
     precision: str
+    sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial
 
 
 def pair_key(
     *, model_fingerprint: str, tokenizer_fingerprint: str, settings: PairSettings, prompts: list[str], reward_id: str
 ) -> dict:
+    generation = asdict(settings)
+    if settings.sampler == "coupled":  # each response depends on its key alone, not on the batch it was drawn in
+        del generation["batch_size"]
     return {
         "model": model_fingerprint,
         "tokenizer": tokenizer_fingerprint,
-        "generation": asdict(settings),
+        "generation": generation,
         "prompts": prompts_fingerprint(prompts),
         "reward": reward_id,
         "format": _FORMAT,
@@ -75,6 +79,7 @@ def generate_pairs(model, tokenizer, prompts: list[str], reward, settings: PairS
         seed=settings.seed,
         precision=settings.precision,
         n_per_prompt=settings.samples_per_prompt,
+        sampler=settings.sampler,
         desc="pairs: sampling SFT responses",
     )
     texts = [t for b in batches for t in b.texts]

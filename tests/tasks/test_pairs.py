@@ -89,6 +89,22 @@ def test_any_input_change_is_a_cache_miss(tmp_path, tokenizer, tiny_source, chan
     assert pair_key(**base) != pair_key(**changed)
 
 
+def test_the_coupled_samplers_key_ignores_the_batch_size_the_multinomials_does_not(tokenizer, tiny_source):
+    """Coupled pairs are the same at any batch size (tests/models/test_coupled.py), so the batch size is not in
+    their key; the multinomial sampler's RNG stream depends on it, so it is in its key."""
+    base = dict(
+        model_fingerprint=tiny_source.fingerprint,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        prompts=make_prompts(6, 1, 1)["train"],
+        reward_id=GoldReward.ID,
+    )
+    other = dataclasses.replace(SETTINGS, batch_size=3)
+    assert pair_key(**base, settings=SETTINGS) == pair_key(**base, settings=other)
+    multi = dataclasses.replace(SETTINGS, sampler="multinomial")
+    assert pair_key(**base, settings=multi) != pair_key(**base, settings=dataclasses.replace(multi, batch_size=3))
+    assert pair_key(**base, settings=multi) != pair_key(**base, settings=SETTINGS)
+
+
 def test_corrupted_pairs_file_is_rebuilt(tmp_path, tokenizer, pair_inputs):
     prompts, make_model, calls, key = pair_inputs
     pairs, _, entry = load_or_generate_pairs(tmp_path, key, make_model, tokenizer, prompts, GoldReward(), SETTINGS)
