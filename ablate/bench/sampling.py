@@ -1,0 +1,81 @@
+"""Sampling throughput, side by side in one process: today's call (``generate`` with multinomial sampling at
+batch 8, in the model's precision) against the harness's sampler at the default evaluation's settings (the
+coupled sampler, ``eval.batch_size``, ``eval.precision``, ``task.max_new_tokens``), each as a fraction of the
+decode bounds that apply to it (:mod:`ablate.bench.decode`)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ablate.bench.decode import decode_bound, kv_bytes_per_position, memory_bandwidth
+
+BASELINE_BATCH = 8  # today's generate call in the bench (the issue's 109 tokens/s)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def _timed_sample(policy, tokenizer, prompts, **kw) -> tuple[float, float, float]:
+    """(seconds, response tokens, mean prompt tokens) of one ``sample`` call."""
+    from ablate.models.sampling import sample
+
+    t0 = time.perf_counter()
+    batches = sample(policy, tokenizer, prompts, temperature=1.0, seed=0, **kw)
+    seconds = time.perf_counter() - t0
+    tokens = float(sum(sum(b.lengths) for b in batches))
+    prompt_tokens = [int((b.batch.attention_mask.sum(1) - torch.tensor(b.lengths)).float().mean()) for b in batches]
+    return seconds, tokens, sum(prompt_tokens) / len(prompt_tokens)
+
+
+def _bound(policy, matmul_params: int, precision: str, batch: int, context: float, ceilings: dict, bw: float):
+    dtype = DTYPES[precision]
+    weight_bytes = sum(p.numel() for p in policy.parameters()) * torch.empty((), dtype=dtype).element_size()
+    return decode_bound(
+        matmul_params=matmul_params,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_pos=kv_bytes_per_position(policy.config, dtype),
+        batch=batch,
+        context=context,
+        ceiling_flops=ceilings[precision],
+        bandwidth=bw,
+    )
+
+
+def sampling_side_by_side(policy, tokenizer, prompts, cfg, *, matmul_params: int, ceilings: dict) -> dict:
+    """Both sampling set-ups on the same ``prompts`` (as many as the evaluation's batch, at least the baseline's
+    8), interleaved (baseline, harness, baseline, harness), best of two; their tokens/s, ratio, and each one's
+    fraction of its compute and memory bounds. ``ceilings``: matmul FLOP/s by precision ("bf16", "fp32")."""
+    bw = memory_bandwidth()
+    n = max(BASELINE_BATCH, cfg.eval.batch_size)
+    prompts = prompts[:n]
+    setups = {
+        "baseline": dict(
+            batch_size=BASELINE_BATCH, precision=cfg.model.precision, sampler="multinomial", max_new_tokens=32
+        ),
+        "harness": dict(
+            batch_size=cfg.eval.batch_size,
+            precision=cfg.eval.precision,
+            sampler=cfg.eval.sampler,
+            max_new_tokens=cfg.task.max_new_tokens,
+        ),
+    }
+    best: dict[str, tuple[float, float, float]] = {}
+    for _ in range(2):
+        for name, kw in setups.items():
+            run = _timed_sample(policy, tokenizer, prompts, **kw)
+            if name not in best or run[1] / run[0] > best[name][1] / best[name][0]:
+                best[name] = run
+    out: dict = {"memory_bandwidth": bw}
+    for name, kw in setups.items():
+        seconds, tokens, prompt_len = best[name]
+        rate = tokens / seconds
+        context = prompt_len + kw["max_new_tokens"] / 2  # mean context over the decode steps
+        b = _bound(policy, matmul_params, kw["precision"], kw["batch_size"], context, ceilings, bw)
+        out.update({f"{name}_{k}": v for k, v in kw.items()})
+        out.update(b.as_dict(f"{name}_bound_"))
+        out[f"{name}_tokens_per_s"] = rate
+        out[f"{name}_fraction_of_bound"] = rate / b.tokens_per_s
+        out[f"{name}_fraction_of_compute"] = rate * b.compute_s / b.batch
+        out[f"{name}_fraction_of_memory"] = rate * b.memory_s / b.batch
+    out["harness_over_baseline"] = out["harness_tokens_per_s"] / out["baseline_tokens_per_s"]
+    return out
