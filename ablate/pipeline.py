@@ -25,9 +25,22 @@ from ablate.tracking.memory import phase_peak_bytes, reset_phase_peak
 log = logging.getLogger(__name__)
 
 
-def make_evaluator(cfg: Config, *, judge, tokenizer, prompts: list[str], reward, safety, device, proxy=None):
+def make_evaluator(
+    cfg: Config,
+    *,
+    judge,
+    tokenizer,
+    prompts: list[str],
+    reward,
+    safety,
+    device,
+    proxy=None,
+    cache_root=None,
+    model_fingerprint: str | None = None,
+):
     """The run's evaluator: it samples and scores in ``eval.precision`` (not the policy's training precision),
-    with the sampling seed ``eval.seed`` or, when unset, one derived from the run's ``seed``."""
+    with the sampling seed ``eval.seed`` or, when unset, one derived from the run's ``seed``. With a
+    ``cache_root`` (and the judge's ``model_fingerprint``) its SFT baseline is cached there, once per sweep."""
     return Evaluator(
         judge=judge,
         tokenizer=tokenizer,
@@ -40,6 +53,8 @@ def make_evaluator(cfg: Config, *, judge, tokenizer, prompts: list[str], reward,
         run_seed=cfg.seed,
         device=device,
         proxy=proxy,
+        cache_root=cache_root,
+        model_fingerprint=model_fingerprint,
     )
 
 
@@ -68,6 +83,8 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         safety=inputs.safety,
         device=inputs.device,
         proxy=proxy,
+        cache_root=inputs.cache_root,
+        model_fingerprint=inputs.source.fingerprint,
     )
     reference = regime_cls(cfg.ref, inputs.ref_context(cfg, policy=policy, pairs=pairs))
     callbacks = cbs.run_callbacks(
@@ -80,6 +97,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         restore(trainer, reference, resume)
     train(trainer, resume, extra)
     finish(cfg, trainer, callbacks[0], state, folder, logger)
+    extra["sft_baseline_cache_hit"] = evaluator.baseline_cache_hit
     return reference
 
 

@@ -45,6 +45,7 @@ def test_checkpoints_by_policy_and_the_bytes_they_cost(tmp_path):
     raw.out_dir = str(tmp_path / "default")
     lean = run_job(raw)
     assert lean["disk_bytes_written"] < one  # no checkpoint written
+    assert lean["sft_baseline_cache_hit"] is True  # the first run's SFT baseline, sampled once
 
 
 def test_algorithms_are_looked_up_in_a_registry():

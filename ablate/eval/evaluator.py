@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from ablate.eval import baseline_cache as bc
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
+from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
 from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch
@@ -74,7 +77,13 @@ class Evaluator:
         run_seed: int,
         device: torch.device,
         proxy=None,
+        cache_root: str | Path | None = None,
+        model_fingerprint: str | None = None,
     ):
+        """``cache_root``: where the SFT baseline is cached content-addressed (None: sampled every time);
+        ``model_fingerprint``: the judge's weights' fingerprint, part of that cache's key (needed with it)."""
+        if cache_root is not None and model_fingerprint is None:
+            raise ValueError("caching the SFT baseline needs the judge's model_fingerprint")
         self.judge = freeze(judge)
         self.tok = tokenizer
         self.prompts = prompts
@@ -88,6 +97,9 @@ class Evaluator:
         self.device = device
         self._sft: dict | None = None
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
+        self.cache_root = cache_root
+        self.model_fingerprint = model_fingerprint
+        self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed
 
     # ------------------------------------------------------------------------------------ sampling
     def _sample(self, model, desc: str) -> list[SampledBatch]:
@@ -107,11 +119,41 @@ class Evaluator:
                 sampler=self.cfg.sampler,
             )
 
+    def _sample_baseline(self) -> dict:
+        """The SFT model's responses to the evaluation prompts, their gold rewards and unsafe probabilities."""
+        texts = [t for b in self._sample(self.judge, "eval: SFT baseline") for t in b.texts]
+        return {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
+
+    def baseline_key(self) -> dict:
+        """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings."""
+        settings = bc.BaselineSettings(
+            max_new_tokens=self.task.max_new_tokens,
+            temperature=self.task.temperature,
+            batch_size=self.cfg.batch_size,
+            seed=self.seed,
+            precision=self.precision,
+            sampler=self.cfg.sampler,
+            device=self.device.type,
+        )
+        return bc.baseline_key(
+            model_fingerprint=self.model_fingerprint,
+            tokenizer_fingerprint=tokenizer_fingerprint(self.tok),
+            settings=settings,
+            prompts=self.prompts,
+            reward_id=self.reward.ID,
+            safety_id=self.safety.ID,
+        )
+
     def sft_baseline(self) -> dict:
-        """The SFT model's responses to the evaluation prompts, sampled once with the policy's seed and keys."""
+        """The SFT model's responses to the evaluation prompts, sampled once with the policy's seed and keys
+        (and, with a ``cache_root``, once per sweep: loaded from the cache when an earlier job sampled them)."""
         if self._sft is None:
-            texts = [t for b in self._sample(self.judge, "eval: SFT baseline") for t in b.texts]
-            self._sft = {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
+            if self.cache_root is None:
+                self._sft = self._sample_baseline()
+            else:
+                self._sft, self.baseline_cache_hit, _ = bc.load_or_sample_baseline(
+                    self.cache_root, self.baseline_key(), self.prompts, self._sample_baseline
+                )
         return self._sft
 
     # ------------------------------------------------------------------------------------- scoring

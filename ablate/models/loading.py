@@ -229,13 +229,17 @@ def folder_fingerprint(folder: Path, cache_root: Path) -> str:
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """Hash of everything in the tokenizer that changes token ids: vocab, merges, special tokens, template."""
+    """Hash of everything in the tokenizer that changes token ids: vocab, merges, special tokens, template. Not
+    the padding and truncation settings transformers leaves on the backend tokenizer after a call (they change no
+    token id): a tokenizer that has padded a batch hashes as the freshly loaded one does."""
     h = hashlib.sha256()
-    h.update(
-        tokenizer.backend_tokenizer.to_str().encode()
-        if hasattr(tokenizer, "backend_tokenizer")
-        else json.dumps(tokenizer.get_vocab(), sort_keys=True).encode()
-    )
+    if hasattr(tokenizer, "backend_tokenizer"):
+        state = json.loads(tokenizer.backend_tokenizer.to_str())
+        state.pop("padding", None)
+        state.pop("truncation", None)
+        h.update(json.dumps(state, sort_keys=True).encode())
+    else:
+        h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     h.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
     h.update((tokenizer.chat_template or "").encode())
     h.update(str(tokenizer.padding_side).encode())

@@ -26,6 +26,10 @@ def _load() -> Callable:
 class SafetyJudge:
     """Flag texts whose profanity probability is at least ``threshold``."""
 
+    #: identity of the classifier, part of every cache key built from its probabilities (the threshold is not:
+    #: it changes no probability, only which count as unsafe)
+    ID = "alt-profanity-check-1.9.1-predict_prob"
+
     def __init__(self, threshold: float = 0.5) -> None:
         if not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")

@@ -1,0 +1,96 @@
+"""The evaluation's SFT baseline (the judge's responses to the evaluation prompts and their scores), cached
+content-addressed so that a sweep samples and scores it once, whatever the regimes of its jobs.
+
+The key holds everything that changes the stored responses and numbers: the model's fingerprint, the tokenizer
+(vocab, special tokens, chat template), the evaluation prompts, the sampling settings and seed, the device type the
+responses were drawn on, the gold reward's and the safety judge's identities, and a format version. Stored as
+JSON lines (one per prompt) with the checksum :class:`ablate.cache.CacheEntry` keeps; a corrupted entry is
+removed and the baseline sampled again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ablate.cache import CacheEntry
+from ablate.tasks.prompts import prompts_fingerprint
+
+log = logging.getLogger(__name__)
+
+KIND = "sft_baselines"
+BASELINE_FILE = "baseline.jsonl"
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class BaselineSettings:
+    """The settings the SFT baseline's responses are sampled with (the evaluation's)."""
+
+    max_new_tokens: int
+    temperature: float
+    batch_size: int  # in the key only for the multinomial sampler, whose RNG stream it changes
+    seed: int
+    precision: str
+    sampler: str
+    device: str  # the device type: kernels differ, and so may the sampled tokens
+
+
+def baseline_key(
+    *,
+    model_fingerprint: str,
+    tokenizer_fingerprint: str,
+    settings: BaselineSettings,
+    prompts: list[str],
+    reward_id: str,
+    safety_id: str,
+) -> dict:
+    """The cache key of an SFT baseline: every input that changes its texts, rewards or unsafe probabilities."""
+    sampling = asdict(settings)
+    if settings.sampler == "coupled":  # each response depends on its key alone, not on the batch it was drawn in
+        del sampling["batch_size"]
+    return {
+        "model": model_fingerprint,
+        "tokenizer": tokenizer_fingerprint,
+        "sampling": sampling,
+        "prompts": prompts_fingerprint(prompts),
+        "reward": reward_id,
+        "safety": safety_id,
+        "format": _FORMAT,
+    }
+
+
+def write_baseline(folder: Path, prompts: list[str], baseline: dict) -> None:
+    """Write ``baseline`` (texts, rewards, unsafe: one each per prompt) as JSON lines, one per prompt."""
+    with open(folder / BASELINE_FILE, "w") as f:
+        for p, t, r, u in zip(prompts, baseline["texts"], baseline["rewards"], baseline["unsafe"], strict=True):
+            f.write(json.dumps({"prompt": p, "text": t, "reward": r, "unsafe": u}) + "\n")
+
+
+def read_baseline(entry: CacheEntry) -> dict:
+    """The baseline stored in a verified entry, in :meth:`Evaluator.sft_baseline`'s shape."""
+    rows = [json.loads(line) for line in (entry.path / BASELINE_FILE).read_text().splitlines() if line]
+    return {
+        "texts": [r["text"] for r in rows],
+        "rewards": [float(r["reward"]) for r in rows],
+        "unsafe": [float(r["unsafe"]) for r in rows],
+    }
+
+
+def load_or_sample_baseline(
+    cache_root: str | Path, key: dict, prompts: list[str], make_baseline: Callable[[], dict]
+) -> tuple[dict, bool, CacheEntry]:
+    """The cached baseline for ``key``, made by ``make_baseline`` (and cached) on a miss: ``(baseline, hit,
+    entry)``. ``make_baseline`` is called only on a miss, so a hit samples and scores nothing."""
+    entry = CacheEntry(cache_root, KIND, key)
+    if entry.valid():
+        log.info("SFT baseline: cache hit, %d responses from %s", len(prompts), entry.path)
+        return read_baseline(entry), True, entry
+    log.info("SFT baseline: cache miss, sampling %d responses (cached afterwards at %s)", len(prompts), entry.path)
+    baseline = make_baseline()
+    with entry.build(extra_meta={"n_prompts": len(prompts)}) as tmp:
+        write_baseline(tmp, prompts, baseline)
+    return baseline, False, entry
