@@ -138,6 +138,9 @@ def _expected_reward(model, batch, good) -> float:
 
 @pytest.mark.parametrize("estimator", ["k1", "k3"])
 def test_ppo_raises_the_training_reward(tmp_path, tiny_source, tokenizer, ref_ctx, estimator):
+    # the value head's initialisation draws from the global RNG: seed it, as the pipeline does, so the result does
+    # not depend on which tests ran before (unseeded, k1 once gained only 0.009)
+    torch.manual_seed(0)
     reference = FullReference(FullRefConfig(), ref_ctx)
     emb = reference.model.get_input_embeddings().weight.detach()
     good = (emb @ torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(0))) > 0
@@ -158,4 +161,5 @@ def test_ppo_raises_the_training_reward(tmp_path, tiny_source, tokenizer, ref_ct
     before = _expected_reward(trainer.model, batch, good)
     trainer.train()
     after = _expected_reward(trainer.model, batch, good)
-    assert after > before + 0.015, (before, after)  # measured: about 0.497 -> 0.528 in 10 steps
+    # measured with the coupled sampler, value-head seeds 0/1/2: k1 0.502 -> 0.525/0.519/0.519, k3 0.525/0.519/0.518
+    assert after > before + 0.015, (before, after)
