@@ -37,6 +37,7 @@ OTHER = (
     "pairs_cache_hit",
     "resumed_from_step",
     "disk_bytes_written",  # the killed job wrote a checkpoint more
+    "sft_baseline_cache_hit",  # the first job of the test samples the SFT baseline, the later ones read it
     "provenance",
     # the HF Trainer's end-of-training average loss covers the steps of the last attempt only
     "train/train_loss",
