@@ -38,6 +38,11 @@ def require(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def require_count_or_none(key: str, value: int | None) -> None:
+    """Refuse an optional count below 1 (None: the setting's automatic choice)."""
+    require(value is None or value >= 1, f"{key} must be >= 1 or null, got {value}")
+
+
 def require_choice(key: str, value: str, choices: Any) -> None:
     """Refuse a string setting outside its Literal ``choices``, naming them all."""
     options = get_args(choices)
@@ -122,7 +127,7 @@ class TaskConfig:
     max_new_tokens: int = 48
     temperature: float = 1.0
     samples_per_prompt: int = 4  # SFT samples per train prompt; best/worst by gold reward become a pair
-    gen_batch_size: int = 16
+    gen_batch_size: int | None = None  # rows per generate call; None: as many as fit in memory (ablate.models.batching)
     unsafe_threshold: float = 0.5
 
     def __post_init__(self) -> None:
@@ -138,7 +143,7 @@ class TaskConfig:
             f"rate need samples from the policy itself, and its log-probs are scored untempered",
         )
         require(self.samples_per_prompt >= 2, f"task.samples_per_prompt must be >= 2, got {self.samples_per_prompt}")
-        require(self.gen_batch_size >= 1, f"task.gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        require_count_or_none("task.gen_batch_size", self.gen_batch_size)
         require(
             0.0 <= self.unsafe_threshold <= 1.0, f"task.unsafe_threshold must be in [0, 1], got {self.unsafe_threshold}"
         )
@@ -309,9 +314,9 @@ class LoggerConfig:
 class EvalConfig:
     interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
     at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
-    batch_size: int = 8
-    # sampling seed of the evaluation responses; None: derived from the run's `seed` as 1234 + 1000 * seed
-    # (ablate.eval.evaluator.sampling_seed), so each run seed has its own evaluation noise
+    batch_size: int = 8  # rows per scoring forward (the audit holds three [rows, length, vocabulary] fp32 logits)
+    sample_batch_size: int | None = None  # rows per generate call; None: as many as fit (ablate.models.batching)
+    # sampling seed; None: 1234 + 1000 * seed (ablate.eval.evaluator.sampling_seed), each run seed its own noise
     seed: int | None = None
     # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
     precision: str = "fp32"  # Precision
@@ -323,6 +328,7 @@ class EvalConfig:
         require_choice("eval.sampler", self.sampler, Sampler)
         require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
         require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
+        require_count_or_none("eval.sample_batch_size", self.sample_batch_size)
 
 
 @dataclass

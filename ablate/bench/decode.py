@@ -28,13 +28,6 @@ def memory_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
     return x.numel() * x.element_size() / best
 
 
-def kv_bytes_per_position(config, dtype: torch.dtype) -> int:
-    """Bytes of keys and values one sequence position holds in the KV cache, over every layer."""
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * heads * head_dim * torch.empty((), dtype=dtype).element_size()
-
-
 @dataclass(frozen=True)
 class DecodeBound:
     """What one decode step at batch ``batch`` costs at best, and the throughput that allows."""

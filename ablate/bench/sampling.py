@@ -1,7 +1,8 @@
 """Sampling throughput, side by side in one process: today's call (``generate`` with multinomial sampling at
 batch 8, in the model's precision) against the harness's sampler at the default evaluation's settings (the
-coupled sampler, ``eval.batch_size``, ``eval.precision``, ``task.max_new_tokens``), each as a fraction of the
-decode bounds that apply to it (:mod:`ablate.bench.decode`)."""
+coupled sampler on ``task.n_eval`` prompts, as many rows per call as the evaluation takes, ``eval.precision``,
+``task.max_new_tokens``) and, when that precision is fp32, the same in bf16; each as a fraction of the decode
+bounds that apply to it (:mod:`ablate.bench.decode`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 
 import torch
 
-from ablate.bench.decode import decode_bound, kv_bytes_per_position, memory_bandwidth
+from ablate.bench.decode import decode_bound, memory_bandwidth
+from ablate.models.batching import kv_bytes_per_position
 
 BASELINE_BATCH = 8  # today's generate call in the bench (the issue's 109 tokens/s)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -42,23 +44,37 @@ def _bound(policy, matmul_params: int, precision: str, batch: int, context: floa
 
 
 def sampling_side_by_side(policy, tokenizer, prompts, cfg, *, matmul_params: int, ceilings: dict) -> dict:
-    """Both sampling set-ups on the same ``prompts`` (as many as the evaluation's batch, at least the baseline's
-    8), interleaved (baseline, harness, baseline, harness), best of two; their tokens/s, ratio, and each one's
-    fraction of its compute and memory bounds. ``ceilings``: matmul FLOP/s by precision ("bf16", "fp32")."""
+    """The sampling set-ups on the same ``prompts`` (as many as the evaluation's, at least the baseline's 8),
+    interleaved (baseline, harness, ..., baseline, harness, ...), best of two; their tokens/s, ratios to the
+    baseline, and each one's fraction of its compute and memory bounds. ``ceilings``: matmul FLOP/s by precision
+    ("bf16", "fp32")."""
+    from ablate.models.sampling import sampling_rows
+
     bw = memory_bandwidth()
-    n = max(BASELINE_BATCH, cfg.eval.batch_size)
-    prompts = prompts[:n]
+    prompts = prompts[: max(BASELINE_BATCH, cfg.task.n_eval)]
+    device = next(policy.parameters()).device
+
+    def harness(precision: str) -> dict:
+        rows = cfg.eval.sample_batch_size or sampling_rows(
+            policy.config,
+            tokenizer,
+            prompts,
+            max_new_tokens=cfg.task.max_new_tokens,
+            precision=precision,
+            device=device,
+        )
+        return dict(
+            batch_size=rows, precision=precision, sampler=cfg.eval.sampler, max_new_tokens=cfg.task.max_new_tokens
+        )
+
     setups = {
         "baseline": dict(
             batch_size=BASELINE_BATCH, precision=cfg.model.precision, sampler="multinomial", max_new_tokens=32
         ),
-        "harness": dict(
-            batch_size=cfg.eval.batch_size,
-            precision=cfg.eval.precision,
-            sampler=cfg.eval.sampler,
-            max_new_tokens=cfg.task.max_new_tokens,
-        ),
+        "harness": harness(cfg.eval.precision),
     }
+    if cfg.eval.precision != "bf16":
+        setups["harness_bf16"] = harness("bf16")
     best: dict[str, tuple[float, float, float]] = {}
     for _ in range(2):
         for name, kw in setups.items():
@@ -77,5 +93,7 @@ def sampling_side_by_side(policy, tokenizer, prompts, cfg, *, matmul_params: int
         out[f"{name}_fraction_of_bound"] = rate / b.tokens_per_s
         out[f"{name}_fraction_of_compute"] = rate * b.compute_s / b.batch
         out[f"{name}_fraction_of_memory"] = rate * b.memory_s / b.batch
-    out["harness_over_baseline"] = out["harness_tokens_per_s"] / out["baseline_tokens_per_s"]
+    for name in setups:
+        if name != "baseline":
+            out[f"{name}_over_baseline"] = out[f"{name}_tokens_per_s"] / out["baseline_tokens_per_s"]
     return out

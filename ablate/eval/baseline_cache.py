@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 KIND = "sft_baselines"
 BASELINE_FILE = "baseline.jsonl"
-_FORMAT = 1
+_FORMAT = 2  # 2: the rows per generate call are part of the key for every sampler
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class BaselineSettings:
 
     max_new_tokens: int
     temperature: float
-    batch_size: int  # in the key only for the multinomial sampler, whose RNG stream it changes
+    batch_size: int  # rows per generate call: the multinomial RNG stream, and the float rounding of every matmul
     seed: int
     precision: str
     sampler: str
@@ -49,9 +49,9 @@ def baseline_key(
     safety_id: str,
 ) -> dict:
     """The cache key of an SFT baseline: every input that changes its texts, rewards or unsafe probabilities."""
+    # A coupled response depends on its key, not its batch, in exact arithmetic; a matmul's rounding still depends
+    # on its row count, so a baseline drawn at other rows could differ from the step-0 policy's in a rare token.
     sampling = asdict(settings)
-    if settings.sampler == "coupled":  # each response depends on its key alone, not on the batch it was drawn in
-        del sampling["batch_size"]
     return {
         "model": model_fingerprint,
         "tokenizer": tokenizer_fingerprint,

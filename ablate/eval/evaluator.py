@@ -28,7 +28,7 @@ from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
 from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
-from ablate.models.sampling import SampledBatch, sample
+from ablate.models.sampling import SampledBatch, sample, sampling_rows
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
 
@@ -100,11 +100,20 @@ class Evaluator:
         self.cache_root = cache_root
         self.model_fingerprint = model_fingerprint
         self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed
+        self.sample_rows = eval_cfg.sample_batch_size or sampling_rows(
+            self.judge.config,
+            tokenizer,
+            prompts,
+            max_new_tokens=task_cfg.max_new_tokens,
+            precision=self.precision,
+            device=device,
+        )  # rows per generate call; the audit scores eval.batch_size rows at a time
 
     # ------------------------------------------------------------------------------------ sampling
     def _sample(self, model, desc: str) -> list[SampledBatch]:
-        """Responses sampled with ``eval.sampler`` in ``eval.precision``, outside Accelerate's per-call autocast
-        wrapper; every model is sampled with the same seed and keys (prompt i, sample 0), so they are coupled."""
+        """Responses sampled with ``eval.sampler`` in ``eval.precision``, ``sample_rows`` at a time, outside
+        Accelerate's per-call autocast wrapper; every model is sampled with the same seed, keys (prompt i, sample 0)
+        and rows, so they are coupled."""
         with unwrapped_forward(model):
             return sample(
                 model,
@@ -112,7 +121,7 @@ class Evaluator:
                 self.prompts,
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
-                batch_size=self.cfg.batch_size,
+                batch_size=self.sample_rows,
                 seed=self.seed,
                 precision=self.precision,
                 desc=desc,
@@ -129,7 +138,7 @@ class Evaluator:
         settings = bc.BaselineSettings(
             max_new_tokens=self.task.max_new_tokens,
             temperature=self.task.temperature,
-            batch_size=self.cfg.batch_size,
+            batch_size=self.sample_rows,
             seed=self.seed,
             precision=self.precision,
             sampler=self.cfg.sampler,
@@ -261,9 +270,10 @@ class Evaluator:
         audit = _Audit()
         texts: list[str] = []
         try:
-            for sb in self._sample(policy, f"eval@{step}: sampling"):
-                texts += sb.texts
-                self._audit_batch(policy, reference, sb, audit)
+            for sampled in self._sample(policy, f"eval@{step}: sampling"):
+                texts += sampled.texts
+                for sb in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
+                    self._audit_batch(policy, reference, sb, audit)
             ppl = self.perplexity(policy)
         finally:
             policy.train(was_training)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
-from ablate.models.precision import autocast
+from ablate.models.precision import autocast, is_bf16
 from ablate.refs.base import TokenBatch
 
 SAMPLERS = ("coupled", "multinomial")
@@ -35,12 +36,50 @@ class SampledBatch:
     batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers response tokens up to the first EOS
     lengths: list[int]  # response tokens, EOS included
 
+    def chunks(self, rows: int) -> list[SampledBatch]:
+        """This batch as consecutive batches of at most ``rows`` rows (same columns: padding is kept)."""
+        b = self.batch
+        return [
+            SampledBatch(
+                self.prompts[i : i + rows],
+                self.texts[i : i + rows],
+                TokenBatch(b.input_ids[i : i + rows], b.attention_mask[i : i + rows], b.completion_mask[i : i + rows]),
+                self.lengths[i : i + rows],
+            )
+            for i in range(0, len(self.texts), rows)
+        ]
+
 
 def chat_prompt_texts(tokenizer, prompts: list[str]) -> list[str]:
     return [
         tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
         for p in prompts
     ]
+
+
+def sampling_rows(
+    model_config,
+    tokenizer,
+    prompts: list[str],
+    *,
+    n_per_prompt: int = 1,
+    max_new_tokens: int,
+    precision: str,
+    device: torch.device,
+) -> int:
+    """Rows per generate call when the caller does not fix them: as many of the ``len(prompts) * n_per_prompt``
+    sequences as fit :func:`ablate.models.batching.budget_bytes` at the longest chat prompt's width."""
+    widths = [
+        len(ids) for ids in tokenizer(chat_prompt_texts(tokenizer, prompts), add_special_tokens=False)["input_ids"]
+    ]
+    return batching.rows_that_fit(
+        model_config,
+        n=len(prompts) * n_per_prompt,
+        prompt_width=max(widths, default=1),
+        max_new_tokens=max_new_tokens,
+        dtype=torch.bfloat16 if is_bf16(precision) else torch.float32,
+        budget=batching.budget_bytes(device),
+    )
 
 
 def _response_mask(resp: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -98,7 +137,7 @@ def sample(
     *,
     max_new_tokens: int,
     temperature: float,
-    batch_size: int,
+    batch_size: int | None,
     seed: int,
     precision: str = "fp32",
     n_per_prompt: int = 1,
@@ -109,7 +148,8 @@ def sample(
     """Sample ``n_per_prompt`` responses per prompt. Deterministic for a seed; leaves the global RNG alone.
 
     With ``sampler="coupled"`` the response to prompt ``i``, sample ``j`` is keyed by (seed, ``prompt_ids[i]``,
-    ``j``) (``prompt_ids`` defaults to 0..len(prompts)-1): the same key gives the same response at any batch size."""
+    ``j``) (``prompt_ids`` defaults to 0..len(prompts)-1): the same key gives the same response at any batch size.
+    ``batch_size``: rows per generate call; None: as many as fit in memory (:func:`sampling_rows`)."""
     from transformers import LogitsProcessorList
 
     if sampler not in SAMPLERS:
@@ -119,6 +159,16 @@ def sample(
         raise ValueError(f"prompt_ids has {len(ids)} ids for {len(prompts)} prompts")
     device = next(model.parameters()).device
     gen_cfg = _generation_config(tokenizer, sampler, max_new_tokens, temperature)
+    if batch_size is None:
+        batch_size = sampling_rows(
+            model.config,
+            tokenizer,
+            prompts,
+            n_per_prompt=n_per_prompt,
+            max_new_tokens=max_new_tokens,
+            precision=precision,
+            device=device,
+        )
     expanded = [p for p in prompts for _ in range(n_per_prompt)]
     keys = [(i, j) for i in ids for j in range(n_per_prompt)]
     was_training = model.training

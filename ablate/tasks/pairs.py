@@ -35,7 +35,7 @@ class PairSettings:
     samples_per_prompt: int
     max_new_tokens: int
     temperature: float
-    batch_size: int  # in the key only for the multinomial sampler, whose RNG stream it changes
+    batch_size: int | None  # None: sized by memory; in the key only for the multinomial sampler (its RNG stream)
     seed: int
     precision: str
     sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial

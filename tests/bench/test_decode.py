@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ablate.bench.decode import decode_bound, kv_bytes_per_position, memory_bandwidth
+from ablate.bench.decode import decode_bound, memory_bandwidth
+from ablate.models.batching import kv_bytes_per_position
 
 
 def test_small_batches_are_memory_bound_large_ones_compute_bound():

@@ -112,12 +112,14 @@ def test_a_change_of_any_key_input_is_a_miss(first, tiny_source, tokenizer, chan
     assert len(_entries(root)) == 2  # a second entry beside the first, which is untouched
 
 
-def test_the_batch_size_is_in_the_key_only_for_the_multinomial_sampler(tiny_source, tokenizer, tmp_path):
+def test_the_rows_per_generate_call_are_in_the_key_and_the_audit_batch_is_not(tiny_source, tokenizer, tmp_path):
     def key(**kw):
         return _evaluator(tiny_source, tokenizer, CountingJudge(tiny_source), tmp_path, **kw).baseline_key()
 
-    assert key(batch_size=4) == key(batch_size=2)  # coupled: each response depends on its own key only
-    assert key(sampler="multinomial", batch_size=4) != key(sampler="multinomial", batch_size=2)
+    assert key(batch_size=4) == key(batch_size=2)  # the audit's batch does not change what is sampled
+    for sampler in ("coupled", "multinomial"):  # a matmul's rounding depends on its rows; the RNG stream too
+        assert key(sampler=sampler, sample_batch_size=4) != key(sampler=sampler, sample_batch_size=2)
+    assert key(sample_batch_size=None)["sampling"]["batch_size"] == len(PROMPTS)  # memory-sized: all fit
 
 
 def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(tiny_source, tokenizer, tmp_path):
@@ -129,6 +131,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
     assert key["sampling"] == {
         "max_new_tokens": 6,
         "temperature": 1.0,
+        "batch_size": ev.sample_rows,
         "seed": ev.seed,
         "precision": "fp32",
         "sampler": "coupled",
