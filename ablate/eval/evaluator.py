@@ -55,7 +55,7 @@ class _Audit:
     """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
 
     per_sample: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len")}
+        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len", "truncated")}
     )
     approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
     judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
@@ -238,6 +238,7 @@ class Evaluator:
             audit.approx_logp.append(regime_logp[mask].double())
             audit.judge_logp.append(terms.judge_logp[mask])
         ps["len"] += [float(x) for x in sb.lengths]
+        ps["truncated"] += [float(x) for x in sb.truncated]
 
     def _kl_metrics(self, audit: _Audit) -> dict[str, float]:
         """kl/*: means over the samples of the per-response sums, and the regime's per-token log-prob errors."""
@@ -282,6 +283,7 @@ class Evaluator:
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
         wr = mm.win_rate(rewards, sft["rewards"])
+        delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=range(len(rewards)))
         if self.proxy is not None:
             proxy_mean = mm.mean(self.proxy(texts, self.prompts))
         else:
@@ -293,9 +295,13 @@ class Evaluator:
             "eval/win_rate_hi": wr["win_rate_hi"],
             "eval/reward_gold": mm.mean(rewards),
             "eval/reward_gold_sft": mm.mean(sft["rewards"]),
+            "eval/reward_delta": delta,
+            "eval/reward_delta_lo": delta_lo,
+            "eval/reward_delta_hi": delta_hi,
             "eval/reward_proxy": proxy_mean,
             "eval/ppl": ppl,
             "eval/length": mm.mean(ps["len"]),
+            "eval/truncation_rate": mm.mean(ps["truncated"]),
             "eval/rep_2": mm.mean_rep_n(texts, 2),
             "eval/distinct_2": mm.distinct_n(texts, 2),
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),
@@ -318,8 +324,9 @@ class Evaluator:
                 "kl_k3": k3,
                 "kl_approx": ka,
                 "length": n,
+                "truncated": bool(tr),
             }
-            for p, t, st, r, sr, u, su, k, k1, k3, ka, n in zip(
+            for p, t, st, r, sr, u, su, k, k1, k3, ka, n, tr in zip(
                 self.prompts,
                 texts,
                 sft["texts"],
@@ -332,6 +339,7 @@ class Evaluator:
                 ps["k3"],
                 approx,
                 ps["len"],
+                ps["truncated"],
             )
         ]
         return EvalResult(step, metrics, samples, reasons)

@@ -1,5 +1,6 @@
 """Scalar evaluation metrics: win rates with Wilson intervals, repetition and
-diversity of generated text, and means with t-based confidence intervals.
+diversity of generated text, means with t-based confidence intervals, and paired
+differences with intervals over prompts.
 
 Honest-numbers rule: no metric clamps its value; a metric that cannot be
 computed (empty input, too few items) returns ``float('nan')``.
@@ -141,3 +142,17 @@ def mean_ci(xs: Iterable[float], confidence: float = 0.95) -> tuple[float, float
     sem = float(arr.std(ddof=1)) / math.sqrt(k)
     t = float(stats.t.ppf(0.5 + confidence / 2.0, df=k - 1))
     return (m, m - t * sem, m + t * sem)
+
+
+def paired_delta(
+    policy: Sequence[float], baseline: Sequence[float], groups: Sequence[int], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """``(mean, lo, hi)`` of ``policy - baseline`` over matched items (same prompt, same sample index, same
+    noise), with a Student-t interval that treats the group (the prompt) as the unit: each group's mean
+    difference is one observation, so samples of one prompt are not counted as independent."""
+    if not len(policy) == len(baseline) == len(groups):
+        raise ValueError(f"length mismatch: {len(policy)} policy, {len(baseline)} baseline, {len(groups)} groups")
+    by_group: dict[int, list[float]] = {}
+    for a, b, g in zip(policy, baseline, groups):
+        by_group.setdefault(g, []).append(float(a) - float(b))
+    return mean_ci([mean(d) for d in by_group.values()], confidence)

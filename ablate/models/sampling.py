@@ -35,6 +35,7 @@ class SampledBatch:
     texts: list[str]  # decoded responses, special tokens removed
     batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers response tokens up to the first EOS
     lengths: list[int]  # response tokens, EOS included
+    truncated: list[bool]  # the response reached max_new_tokens without an EOS
 
     def chunks(self, rows: int) -> list[SampledBatch]:
         """This batch as consecutive batches of at most ``rows`` rows (same columns: padding is kept)."""
@@ -45,6 +46,7 @@ class SampledBatch:
                 self.texts[i : i + rows],
                 TokenBatch(b.input_ids[i : i + rows], b.attention_mask[i : i + rows], b.completion_mask[i : i + rows]),
                 self.lengths[i : i + rows],
+                self.truncated[i : i + rows],
             )
             for i in range(0, len(self.texts), rows)
         ]
@@ -125,7 +127,11 @@ def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer) -> SampledBa
     completion = torch.cat([torch.zeros_like(enc["attention_mask"]), resp_mask], dim=1)
     texts = tokenizer.batch_decode(resp.masked_fill(resp_mask == 0, tokenizer.pad_token_id), skip_special_tokens=True)
     return SampledBatch(
-        chunk, [t.strip() for t in texts], TokenBatch(seqs, attention, completion), resp_mask.sum(1).tolist()
+        chunk,
+        [t.strip() for t in texts],
+        TokenBatch(seqs, attention, completion),
+        resp_mask.sum(1).tolist(),
+        (~(resp == eos_id).any(1)).tolist(),
     )
 
 

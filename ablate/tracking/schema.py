@@ -85,6 +85,15 @@ METRICS: list[Metric] = [
            required=True, compared=True, status=Column("reward", 7, "{:.3f}"), label="gold reward"),
     Metric("reward_gold_sft", "eval/reward_gold_sft", "VADER compound", None,
            "mean gold reward of the SFT model's responses to the same prompts"),
+    Metric("reward_delta", "eval/reward_delta", "VADER compound", "higher",
+           "paired reward difference: mean over prompts of the policy's gold reward minus the SFT model's on coupled "
+           "samples (same prompt, same sample index, same noise); exactly 0 when the policy is the SFT model",
+           step0=True),
+    Metric("reward_delta_lo", "eval/reward_delta_lo", "VADER compound", None,
+           "95% Student-t interval of reward_delta over prompts (each prompt's mean difference one observation), "
+           "lower end"),
+    Metric("reward_delta_hi", "eval/reward_delta_hi", "VADER compound", None,
+           "95% Student-t interval of reward_delta over prompts, upper end"),
     Metric("reward_proxy", "eval/reward_proxy", "learned reward", None,
            "mean learned (proxy) reward of the policy's responses; NaN when the run trains on gold"),
     Metric("kl_true", "kl/true", "nats per response", None,
@@ -120,6 +129,10 @@ METRICS: list[Metric] = [
     Metric("length", "eval/length", "tokens", None,
            "mean response length in tokens (EOS included; capped at task.max_new_tokens)",
            required=True, compared=True, label="length"),
+    Metric("truncation_rate", "eval/truncation_rate", "share", None,
+           "share of the policy's evaluation responses that reached task.max_new_tokens without an EOS (their "
+           "length, reward and KL are of a cut-off response)",
+           step0=True),
     Metric("rep_2", "eval/rep_2", "share", "lower",
            "mean share of repeated bigrams within a response",
            required=True, compared=True, label="rep. bigrams"),

@@ -11,6 +11,7 @@ from ablate.eval.metrics import (
     mean,
     mean_ci,
     mean_rep_n,
+    paired_delta,
     rep_n,
     wilson_interval,
     win_rate,
@@ -135,3 +136,19 @@ def test_mean_ci_too_few_points() -> None:
     assert m == 5.0 and math.isnan(lo) and math.isnan(hi)
     m, lo, hi = mean_ci([])
     assert math.isnan(m) and math.isnan(lo) and math.isnan(hi)
+
+
+def test_paired_delta_treats_the_prompt_as_the_unit() -> None:
+    # prompt 0: differences 1 and 3 (mean 2); prompt 1: 0 and 0; prompt 2: -1 -> three observations 2, 0, -1
+    policy = [1.0, 3.0, 0.5, 0.5, 0.0]
+    sft = [0.0, 0.0, 0.5, 0.5, 1.0]
+    m, lo, hi = paired_delta(policy, sft, groups=[0, 0, 1, 1, 2])
+    want = mean_ci([2.0, 0.0, -1.0])
+    assert (m, lo, hi) == pytest.approx(want)
+    assert m == pytest.approx(1 / 3)  # not the mean over the five samples (0.6)
+
+
+def test_paired_delta_is_exactly_zero_for_identical_scores() -> None:
+    assert paired_delta([0.3, -0.2, 0.7], [0.3, -0.2, 0.7], groups=[0, 1, 2]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="length mismatch"):
+        paired_delta([1.0], [1.0, 2.0], groups=[0])

@@ -42,7 +42,16 @@ def test_the_schema_reproduces_the_summary_layout():
     from ablate.tracking.run_dir import SUMMARY_DOCS, SUMMARY_KEYS
     from analysis.report import FIDELITY
 
-    assert STEP0_KEYS == ("kl_true", "kl_approx", "kl_abs_err", "logp_mae", "logp_rmse", "logp_max_err")
+    assert STEP0_KEYS == (
+        "reward_delta",
+        "kl_true",
+        "kl_approx",
+        "kl_abs_err",
+        "logp_mae",
+        "logp_rmse",
+        "logp_max_err",
+        "truncation_rate",
+    )
     assert list(SUMMARY_FROM_METRICS)[:3] == ["win_rate", "win_rate_lo", "win_rate_hi"]
     assert all(v.startswith(("eval/", "kl/")) for v in SUMMARY_FROM_METRICS.values())
     assert set(SUMMARY_KEYS) <= set(SUMMARY_DOCS) and schema.FINAL == ("finished", "diverged")
