@@ -105,6 +105,37 @@ def ref_ctx(tiny_source, tokenizer):
     )
 
 
+def tiny_evaluator(tiny_source, tokenizer, *, n_heldout: int = 6, **overrides):
+    """An Evaluator on CPU whose judge is a fresh load of the tiny model: 6 evaluation prompts, the first
+    ``n_heldout`` held-out texts, the gold reward and the safety judge, eval batches of 4, 12 new tokens, run seed
+    0. ``overrides`` replace any of the Evaluator's keyword arguments."""
+    import torch
+
+    from ablate.config import EvalConfig, TaskConfig
+    from ablate.eval.evaluator import Evaluator
+    from ablate.models.loading import load_model
+    from ablate.tasks.heldout import heldout_texts
+    from ablate.tasks.prompts import make_prompts
+    from ablate.tasks.reward import GoldReward
+    from ablate.tasks.safety import SafetyJudge
+
+    cpu = torch.device("cpu")
+    if "judge" not in overrides:
+        overrides["judge"] = load_model(tiny_source, cpu)
+    defaults = dict(
+        tokenizer=tokenizer,
+        prompts=make_prompts(1, 6, 1)["eval"],
+        heldout=heldout_texts()[:n_heldout],
+        reward=GoldReward(),
+        safety=SafetyJudge(),
+        eval_cfg=EvalConfig(batch_size=4),
+        task_cfg=TaskConfig(max_new_tokens=12),
+        run_seed=0,
+        device=cpu,
+    )
+    return Evaluator(**{**defaults, **overrides})
+
+
 def token_batch(tokenizer, prompts, responses):
     """Right-padded prompt+response batch with a completion mask, like TRL's collator builds."""
     import torch

@@ -7,31 +7,17 @@ import math
 import pytest
 import torch
 
-from ablate.config import EvalConfig, TaskConfig
-from ablate.eval.evaluator import Evaluator
 from ablate.models.loading import load_model
 from ablate.refs.full import FullRefConfig, FullReference
-from ablate.tasks.heldout import heldout_texts
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 from ablate.tasks.safety import SafetyJudge
+from tests.conftest import tiny_evaluator
 
 
 @pytest.fixture
 def evaluator(tiny_source, tokenizer):
-    cpu = torch.device("cpu")
-    return Evaluator(
-        judge=load_model(tiny_source, cpu),
-        tokenizer=tokenizer,
-        prompts=make_prompts(1, 6, 1)["eval"],
-        heldout=heldout_texts()[:6],
-        reward=GoldReward(),
-        safety=SafetyJudge(),
-        eval_cfg=EvalConfig(batch_size=4),
-        task_cfg=TaskConfig(max_new_tokens=12),
-        run_seed=0,
-        device=cpu,
-    )
+    return tiny_evaluator(tiny_source, tokenizer)
 
 
 def test_policy_equal_to_reference_has_zero_kl(evaluator, tiny_source, ref_ctx):

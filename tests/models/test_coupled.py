@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from ablate.config import EvalConfig, TaskConfig
+from ablate.config import EvalConfig
 from ablate.errors import ConfigError
 from ablate.models import coupled
 from ablate.models.coupled import CoupledGumbel, noise
@@ -48,6 +48,12 @@ def _responses(batches) -> list[list[int]]:
 def _sample(model, tokenizer, prompts, batch_size, **kw):
     kw = {"max_new_tokens": 6, "temperature": 1.0, "seed": 11, "n_per_prompt": N_PER_PROMPT, **kw}
     return _responses(sample(model, tokenizer, prompts, batch_size=batch_size, **kw))
+
+
+@pytest.fixture(scope="module")
+def model(tiny_source):
+    """One tiny model for the tests that only sample from it or read its logits (sampling leaves it as it was)."""
+    return load_model(tiny_source, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------------------------------------ the hash
@@ -175,14 +181,14 @@ def _pooled_chisquare(counts: np.ndarray, probs: np.ndarray) -> float:
     return float(stats.chisquare(obs[keep], exp[keep]).pvalue)
 
 
-def test_the_first_token_is_an_exact_sample_at_the_temperature(tiny_model, tokenizer):
+def test_the_first_token_is_an_exact_sample_at_the_temperature(model, tokenizer):
     """20,000 keys, one batched processor call per temperature, on the tiny model's next-token logits for one
     context restricted to the token ids 0..511 (a token's noise does not depend on the vocabulary's size, so this
     samples the model's distribution conditioned on those ids). The frequencies match softmax(logits / T), and
     the test can fail: it rejects them against the other temperature's distribution."""
     enc = tokenizer(chat_prompt_texts(tokenizer, ["Write a review of a film."]), return_tensors="pt")
     with torch.no_grad():
-        logits = tiny_model(**enc).logits[0, -1, :512].float()
+        logits = model(**enc).logits[0, -1, :512].float()
     n, width = 20_000, enc["input_ids"].shape[1]
     keys = [(i, 0) for i in range(n)]
     counts = {}
@@ -197,42 +203,55 @@ def test_the_first_token_is_an_exact_sample_at_the_temperature(tiny_model, token
 
 
 # ---------------------------------------------------------------------------------- generation through sample()
-def test_the_same_key_gives_the_same_response_at_batch_sizes_1_7_and_64(tiny_model, tokenizer):
-    at_64 = _sample(tiny_model, tokenizer, PROMPTS, 64)
+@pytest.fixture(scope="module")
+def at_64(model, tokenizer):
+    """The 64 responses (PROMPTS x N_PER_PROMPT, in order) drawn in one batch: what any other batching repeats."""
+    return _sample(model, tokenizer, PROMPTS, 64)
+
+
+def _rows(at_64, prompt_ids, n=N_PER_PROMPT) -> list[list[int]]:
+    """The responses of ``at_64`` to samples 0..n-1 of each prompt in ``prompt_ids``, in that order."""
+    return [at_64[i * N_PER_PROMPT + j] for i in prompt_ids for j in range(n)]
+
+
+def test_the_same_key_gives_the_same_response_at_batch_sizes_1_22_and_64(model, tokenizer, at_64):
+    """In reverse order at 22 rows a call (batches that split a prompt's samples, other neighbours and other
+    left padding than at 64) and one row a call, the shortest and the longest prompt keyed by their ids."""
     assert len(at_64) == 64 and len({tuple(r) for r in at_64}) == 64
-    assert _sample(tiny_model, tokenizer, PROMPTS, 7) == at_64
-    for i in (0, 3):  # batch size 1: one prompt at a time, keyed by its index in PROMPTS
-        alone = _sample(tiny_model, tokenizer, [PROMPTS[i]], 1, prompt_ids=[i])
-        assert alone == at_64[i * N_PER_PROMPT : (i + 1) * N_PER_PROMPT]
+    backwards = list(range(len(PROMPTS)))[::-1]
+    assert _sample(model, tokenizer, [PROMPTS[i] for i in backwards], 22, prompt_ids=backwards) == _rows(
+        at_64, backwards
+    )
+    alone = _sample(model, tokenizer, [PROMPTS[0], PROMPTS[3]], 1, prompt_ids=[0, 3], n_per_prompt=2)
+    assert alone == _rows(at_64, [0, 3], n=2)
 
 
-def test_coupled_sampling_neither_reads_nor_moves_the_global_rng(tiny_model, tokenizer):
+def test_coupled_sampling_neither_reads_nor_moves_the_global_rng(model, tokenizer):
     torch.manual_seed(0)
     state = torch.random.get_rng_state()
-    a = _sample(tiny_model, tokenizer, PROMPTS[:2], 8)
+    a = _sample(model, tokenizer, PROMPTS[:2], 8, max_new_tokens=3)
     assert torch.equal(torch.random.get_rng_state(), state)
     torch.manual_seed(123)
-    assert _sample(tiny_model, tokenizer, PROMPTS[:2], 8) == a
-    assert _sample(tiny_model, tokenizer, PROMPTS[:2], 8, seed=12) != a
+    assert _sample(model, tokenizer, PROMPTS[:2], 8, max_new_tokens=3) == a
+    assert _sample(model, tokenizer, PROMPTS[:2], 8, max_new_tokens=3, seed=12) != a
 
 
-def test_the_multinomial_baseline_is_still_selectable(tiny_model, tokenizer):
-    a = _sample(tiny_model, tokenizer, PROMPTS[:2], 8, sampler="multinomial")
-    assert a == _sample(tiny_model, tokenizer, PROMPTS[:2], 8, sampler="multinomial")
-    assert a != _sample(tiny_model, tokenizer, PROMPTS[:2], 8)
+def test_the_multinomial_baseline_is_still_selectable(model, tokenizer, at_64):
+    a = _sample(model, tokenizer, PROMPTS[:2], 8, sampler="multinomial")
+    assert a == _sample(model, tokenizer, PROMPTS[:2], 8, sampler="multinomial")
+    assert a != at_64[:8]  # the coupled sampler's responses to the same keys
     with pytest.raises(ValueError, match="sampler must be one of coupled, multinomial"):
-        _sample(tiny_model, tokenizer, PROMPTS[:2], 8, sampler="nope")
+        _sample(model, tokenizer, PROMPTS[:2], 8, sampler="nope")
     with pytest.raises(ValueError, match="prompt_ids"):
-        _sample(tiny_model, tokenizer, PROMPTS[:2], 8, prompt_ids=[0])
+        _sample(model, tokenizer, PROMPTS[:2], 8, prompt_ids=[0])
 
 
-def test_models_that_agree_sample_the_same_and_a_perturbed_one_mostly_the_same(tiny_source, tiny_model, tokenizer):
+def test_models_that_agree_sample_the_same_and_a_perturbed_one_mostly_the_same(tiny_source, tokenizer, at_64):
     """A second load of the same weights gives the same responses (in another batching). A model whose weights
     moved by 10% of each tensor's std keeps most responses (here 60 of 64, 99% of tokens; multinomial sampling
     at the same seed and batching keeps as many, but only while the batching stays the same)."""
-    at_64 = _sample(tiny_model, tokenizer, PROMPTS, 64)
     twin = load_model(tiny_source, torch.device("cpu"))
-    assert _sample(twin, tokenizer, PROMPTS, 16) == at_64
+    assert _sample(twin, tokenizer, PROMPTS, 32) == at_64
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in twin.parameters():
@@ -245,33 +264,28 @@ def test_models_that_agree_sample_the_same_and_a_perturbed_one_mostly_the_same(t
 
 
 # ------------------------------------------------------------------------------------------ the evaluator
-def test_step_0_policy_responses_equal_the_sft_baseline_token_for_token(tiny_source, tokenizer, ref_ctx):
-    from ablate.eval.evaluator import Evaluator
+def test_step_0_policy_responses_equal_the_sft_baseline_token_for_token(tiny_source, tokenizer, ref_ctx, monkeypatch):
+    """The tokens the evaluation itself draws (recorded as it samples) are the SFT baseline's, row for row."""
     from ablate.refs.full import FullRefConfig, FullReference
-    from ablate.tasks.heldout import heldout_texts
-    from ablate.tasks.prompts import make_prompts
-    from ablate.tasks.reward import GoldReward
-    from ablate.tasks.safety import SafetyJudge
+    from tests.conftest import tiny_evaluator
 
-    cpu = torch.device("cpu")
-    ev = Evaluator(
-        judge=load_model(tiny_source, cpu),
-        tokenizer=tokenizer,
-        prompts=make_prompts(1, 6, 1)["eval"],
-        heldout=heldout_texts()[:2],
-        reward=GoldReward(),
-        safety=SafetyJudge(),
-        eval_cfg=EvalConfig(batch_size=4),
-        task_cfg=TaskConfig(max_new_tokens=12),
-        run_seed=0,
-        device=cpu,
-    )
-    policy = load_model(tiny_source, cpu)  # the step-0 policy: the SFT model
+    ev = tiny_evaluator(tiny_source, tokenizer, n_heldout=2)
+    drawn, sample_as_it_does = [], ev._sample
+
+    def recorded(m, desc):
+        drawn.append((m, sample_as_it_does(m, desc)))
+        return drawn[-1][1]
+
+    monkeypatch.setattr(ev, "_sample", recorded)
+    policy = load_model(tiny_source, torch.device("cpu"))  # the step-0 policy: the SFT model
     res = ev.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=0)
+    assert [m for m, _ in drawn] == [ev.judge, policy]  # the baseline, then the policy
+    sft, pol = (_responses(batches) for _, batches in drawn)
+    assert len(pol) == len(ev.prompts) and pol == sft
     assert [s["policy_response"] for s in res.samples] == [s["sft_response"] for s in res.samples]
-    assert _responses(ev._sample(policy, "policy")) == _responses(ev._sample(ev.judge, "sft"))
     m = res.metrics
     assert m["eval/reward_gold"] == m["eval/reward_gold_sft"] and m["eval/win_rate"] == 0.5
+    assert (m["eval/reward_delta"], m["eval/reward_delta_lo"], m["eval/reward_delta_hi"]) == (0.0, 0.0, 0.0)
 
 
 def test_eval_sampler_is_a_checked_choice():
