@@ -7,12 +7,12 @@ Shows each job's overrides, status, steps and key metrics; jobs without a summar
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from ablate.tracking import schema
+from ablate.tracking.run_dir import load_summary
 
 
 def columns() -> list[tuple[str, str, int, str, float]]:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             if not summary.is_file():
                 print(f"{'unfinished':<10} " + " " * (len(header) - 16) + f"  {name}")
                 continue
-            s = json.loads(summary.read_text())
+            s = load_summary(summary)
             bad += s["status"] != "finished"
             cells = " ".join(_cell(w, f, scale, s.get(k)) for k, _, w, f, scale in cols)
             reason = f"  ({s['reason']})" if s.get("reason") else ""

@@ -5,13 +5,13 @@ reproduce it: the sweep command, the code's commit, package versions, seeds and 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from ablate.tracking import schema
+from ablate.tracking.run_dir import load_summary
 from analysis import figures
 from analysis.load import Runs
 from analysis.stats import aggregate, paired_vs_baseline
@@ -102,7 +102,7 @@ def _provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     for p in paths:
         f = Path(p) / "summary.json"
         if f.is_file():
-            prov = json.loads(f.read_text()).get("provenance") or {}
+            prov = load_summary(f).get("provenance") or {}
             versions = versions or prov.get("versions", {})
             hardware = hardware or prov.get("hardware", {})
     return {"commits": commits, "versions": versions, "hardware": hardware}

@@ -3,12 +3,13 @@ optimiser steps, one small evaluation), read from the run's ``summary.json`` (``
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ablate.tracking.run_dir import load_summary
 
 log = logging.getLogger(__name__)
 
@@ -33,5 +34,16 @@ def peak_rss(regime: str, overrides: list[str], threads: int | None) -> tuple[fl
         f = Path(tmp) / "run" / "summary.json"
         if res.returncode != 0 or not f.is_file():
             return float("nan"), float("nan"), f"the run failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
-        s = json.loads(f.read_text())
-        return float(s["peak_rss_bytes"]), float(s.get("peak_rss_train_bytes", float("nan"))), ""
+        return (*read_peaks(f), "")
+
+
+def read_peaks(summary_path: Path) -> tuple[float, float]:
+    """(peak bytes of the whole run, peak bytes while training) from a run's ``summary.json``; NaN where the
+    summary holds null (strict JSON) or NaN (older runs), or lacks the training peak."""
+    s = load_summary(summary_path)
+    return _bytes(s["peak_rss_bytes"]), _bytes(s.get("peak_rss_train_bytes"))
+
+
+def _bytes(value: float | int | None) -> float:
+    """A byte count as a float; NaN for a missing one."""
+    return float("nan") if value is None else float(value)

@@ -17,13 +17,14 @@ OUTCOME: dict[str, int] = {"not_finished": 0}
 def job_statuses(sweep_dir: Path) -> list[tuple[str, str, str]]:
     """(status, job folder relative to the sweep, reason) for every job folder below ``sweep_dir``."""
     from ablate.status import job_dirs
+    from ablate.tracking.run_dir import load_summary
 
     rows = []
     for d in job_dirs(sweep_dir):
         if "previous" in d.relative_to(sweep_dir).parts:
             continue
         try:
-            s = json.loads((d / "summary.json").read_text())
+            s = load_summary(d / "summary.json")
             rows.append((s.get("status", "unknown"), str(d.relative_to(sweep_dir)), s.get("reason") or ""))
         except (OSError, json.JSONDecodeError):
             rows.append(("unfinished", str(d.relative_to(sweep_dir)), "no summary.json"))

@@ -1,15 +1,21 @@
 """Per-run output folder: resolved config, metrics log, samples and summary.
 
 All whole-file writes are atomic (temp file in the same directory, fsync,
-``os.replace``), so a killed job never leaves a half-written file. JSON is
-written with Python's ``allow_nan=True``: NaN/inf appear as the non-standard
-tokens ``NaN``/``Infinity``/``-Infinity``, which ``json.loads`` and pandas
-read back as floats.
+``os.replace``), so a killed job never leaves a half-written file.
+
+``summary.json``, ``metrics.jsonl`` and ``samples.jsonl`` are strict JSON: a
+value that is not a finite number (NaN, +inf, -inf) is written as ``null``.
+The summary says why in ``nan_reasons`` (key -> reason; a non-finite value
+that came without a reason gets one saying what it was). The readers here
+(:func:`load_summary`, :meth:`RunFolder.read_metrics`) turn those nulls back
+into NaN, and still read files of older runs that hold the non-standard
+``NaN``/``Infinity``/``-Infinity`` tokens. W&B is given NaN as it is.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -31,6 +37,11 @@ __all__ = [
     "RunFolder",
     "atomic_write_json",
     "atomic_write_text",
+    "load_summary",
+    "metrics_from_json",
+    "null_for_nonfinite",
+    "strict_dumps",
+    "summary_from_json",
     "to_python",
 ]
 
@@ -80,8 +91,70 @@ def to_python(value: Any) -> Any:
 
 
 def _dumps(obj: Any, **kwargs: Any) -> str:
-    """json.dumps with NaN allowed and unknown objects stringified."""
+    """json.dumps with NaN/inf as the non-standard ``NaN`` tokens and unknown objects stringified."""
     return json.dumps(to_python(obj), allow_nan=True, default=str, **kwargs)
+
+
+def null_for_nonfinite(value: Any) -> Any:
+    """``value`` (plain Python, as :func:`to_python` gives it) with every NaN/inf float, at any depth, as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: null_for_nonfinite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [null_for_nonfinite(v) for v in value]
+    return value
+
+
+def strict_dumps(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON of ``obj``: NaN/inf written as ``null``, unknown objects stringified."""
+    return json.dumps(null_for_nonfinite(to_python(obj)), allow_nan=False, default=str, **kwargs)
+
+
+def nonfinite_reason(value: float) -> str:
+    """The reason a summary records for a value that is not a finite number and came without one."""
+    if math.isnan(value):
+        return "NaN, with no reason given by the code that computed it"
+    return f"{'+' if value > 0 else '-'}inf (JSON has no infinity: written as null)"
+
+
+def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` (plain Python) with a ``nan_reasons`` entry for every top-level value that is not a finite
+    number; reasons already given are kept."""
+    reasons = dict(summary.get("nan_reasons") or {})
+    for key, value in summary.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            reasons.setdefault(key, nonfinite_reason(value))
+    return {**summary, "nan_reasons": reasons} if reasons or "nan_reasons" in summary else summary
+
+
+def _nan_for_null(record: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """``record`` with NaN in place of each null whose key is in ``keys``."""
+    return {k: math.nan if v is None and k in keys else v for k, v in record.items()}
+
+
+def summary_from_json(text: str) -> dict[str, Any]:
+    """A parsed ``summary.json``, strict (null) or older (``NaN`` tokens): the nulls of the schema's numeric
+    keys and of the keys with a reason in ``nan_reasons`` come back as NaN. Raises JSONDecodeError when the
+    text is not a JSON object."""
+    summary = json.loads(text)
+    if not isinstance(summary, dict):
+        raise json.JSONDecodeError("summary.json does not hold a JSON object", text, 0)
+    reasons = summary.get("nan_reasons")
+    numeric = set(schema.report_columns()) | (set(reasons) if isinstance(reasons, Mapping) else set())
+    return _nan_for_null(summary, numeric)
+
+
+def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a ``summary.json`` (see :func:`summary_from_json`)."""
+    return summary_from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def metrics_from_json(line: str) -> Any:
+    """One parsed line of ``metrics.jsonl``, strict (null) or older (``NaN`` tokens): every value there is a
+    number, so each null comes back as NaN."""
+    row = json.loads(line)
+    return _nan_for_null(row, row.keys()) if isinstance(row, dict) else row
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -120,9 +193,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return target
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as indented JSON atomically; NaN/inf kept as ``NaN`` tokens."""
-    return atomic_write_text(path, _dumps(obj, indent=2) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, strict: bool = False) -> Path:
+    """Write ``obj`` as indented JSON atomically. ``strict``: NaN/inf as ``null``; otherwise as the ``NaN``
+    tokens Python's json reads back exactly (a checkpoint's own state)."""
+    text = strict_dumps(obj, indent=2) if strict else _dumps(obj, indent=2)
+    return atomic_write_text(path, text + "\n")
 
 
 class RunFolder:
@@ -158,7 +233,7 @@ class RunFolder:
         return atomic_write_text(self.config_path, OmegaConf.to_yaml(cfg, resolve=True))
 
     def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Append ``{"step", "time", **metrics}`` as one fsynced JSON line.
+        """Append ``{"step", "time", **metrics}`` as one fsynced strict JSON line (NaN/inf as null).
 
         If the file ends in a partial line (killed writer), a newline is added
         first so the new record stays parseable.
@@ -167,7 +242,7 @@ class RunFolder:
         if clash:
             raise ValueError(f"metric names reserved by log_metrics: {sorted(clash)}")
         record = {"step": int(to_python(step)), "time": time.time(), **metrics}
-        line = _dumps(record) + "\n"
+        line = strict_dumps(record) + "\n"
         with open(self.metrics_path, "a+b") as fh:
             if fh.tell() > 0:
                 fh.seek(-1, os.SEEK_END)
@@ -178,7 +253,8 @@ class RunFolder:
             os.fsync(fh.fileno())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """Read ``metrics.jsonl``; unparseable (e.g. truncated) lines are skipped with a warning."""
+        """Read ``metrics.jsonl`` (nulls and older ``NaN`` tokens as NaN); unparseable (e.g. truncated) lines
+        are skipped with a warning."""
         if not self.metrics_path.exists():
             return []
         rows: list[dict[str, Any]] = []
@@ -187,7 +263,7 @@ class RunFolder:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = metrics_from_json(line)
             except json.JSONDecodeError:
                 warnings.warn(
                     f"{self.metrics_path}:{lineno}: skipping truncated/corrupt line",
@@ -203,11 +279,11 @@ class RunFolder:
         """Keep only the records up to ``step`` (a job resuming from its checkpoint at ``step`` logs the
         later ones again); rewritten atomically."""
         rows = [r for r in self.read_metrics() if int(r.get("step", 0)) <= step]
-        atomic_write_text(self.metrics_path, "".join(_dumps(r) + "\n" for r in rows))
+        atomic_write_text(self.metrics_path, "".join(strict_dumps(r) + "\n" for r in rows))
 
     def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
-        """Write generation samples to ``samples.jsonl`` atomically."""
-        text = "".join(_dumps(dict(r)) + "\n" for r in rows)
+        """Write generation samples to ``samples.jsonl`` atomically (strict JSON: NaN/inf as null)."""
+        text = "".join(strict_dumps(dict(r)) + "\n" for r in rows)
         return atomic_write_text(self.samples_path, text)
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
@@ -215,7 +291,8 @@ class RunFolder:
 
         Every required key of the schema (``SUMMARY_KEYS``) must be present (values may be NaN/None);
         ``status`` must be in ``STATUSES``. Extra keys (e.g. ``nan_reasons``,
-        a dict metric -> reason) are kept.
+        a dict metric -> reason) are kept. Strict JSON: NaN/inf are written as null, each with its reason in
+        ``nan_reasons`` (one saying what the value was where none was given).
         """
         missing = [k for k in schema.required_keys() if k not in summary]
         if missing:
@@ -226,11 +303,10 @@ class RunFolder:
         reasons = summary.get("nan_reasons")
         if reasons is not None and not isinstance(reasons, Mapping):
             raise ValueError("summary 'nan_reasons' must be a mapping of key -> reason")
-        return atomic_write_json(self.summary_path, dict(summary))
+        return atomic_write_json(self.summary_path, with_reasons(to_python(dict(summary))), strict=True)
 
     def read_summary(self) -> dict[str, Any] | None:
-        """Return the parsed ``summary.json``, or None if it does not exist."""
+        """Return the parsed ``summary.json`` (see :func:`summary_from_json`), or None if it does not exist."""
         if not self.summary_path.exists():
             return None
-        with open(self.summary_path, encoding="utf-8") as fh:
-            return json.load(fh)
+        return load_summary(self.summary_path)

@@ -54,3 +54,45 @@ def test_conditions_and_regime_labels():
     label_conditions(runs)
     assert list(runs["regime"]) == ["ema(alpha=0.1)", "ema(alpha=0.5)", "full", "shared"]
     assert set(runs["condition"]) == {"all runs"}  # the adapter goes with ref=shared: not a condition
+
+
+def _strict_and_old_sweeps(root):
+    """One job written as a run writes it now (strict JSON: null + reason) and the same job as older runs wrote
+    it (NaN tokens): kl/approx is NaN at every step and ref_hit_rate (a regime's own figure) is NaN."""
+    import json
+
+    from ablate.tracking.run_dir import SUMMARY_KEYS, RunFolder
+
+    nan = float("nan")
+    summary = {k: 0.5 for k in SUMMARY_KEYS}
+    summary.update(status="finished", steps=2, kl_approx=nan, ref_hit_rate=nan, regime="none", seed=0)
+    summary["nan_reasons"] = {"kl_approx": "no reference", "ref_hit_rate": "no cache"}
+    history = [{"step": s, "kl/approx": nan, "kl/true": 0.1 * s, "train/loss": 1.0 - 0.1 * s} for s in (0, 1, 2)]
+    sweeps = []
+    for name in ("new", "old"):
+        folder = RunFolder(root / name / "job")
+        folder.write_config({"ref": {"name": "none"}, "algo": {"name": "dpo"}, "model": {"name": "tiny"}, "seed": 0})
+        if name == "new":
+            folder.write_summary(summary)
+            for h in history:
+                folder.log_metrics(h["step"], {k: v for k, v in h.items() if k != "step"})
+        else:
+            folder.summary_path.write_text(json.dumps(summary, indent=2))
+            folder.metrics_path.write_text("".join(json.dumps({**h, "time": 0.0}) + "\n" for h in history))
+        sweeps.append(root / name)
+    return sweeps
+
+
+def test_strict_and_old_nan_token_folders_load_to_the_same_frames(tmp_path):
+    import math
+
+    import pandas as pd
+
+    new, old = (load_runs(f) for f in _strict_and_old_sweeps(tmp_path))
+    drop = ["path", "time"]
+    a, b = (r.runs.drop(columns=["path"]) for r in (new, old))
+    pd.testing.assert_frame_equal(a, b)
+    assert a["ref_hit_rate"].dtype == float and math.isnan(a["ref_hit_rate"].iloc[0])
+    c, d = (r.curves.drop(columns=[k for k in drop if k in r.curves]) for r in (new, old))
+    pd.testing.assert_frame_equal(c, d)
+    assert c["kl/approx"].dtype == float and c["kl/approx"].isna().all()

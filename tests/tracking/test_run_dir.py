@@ -21,6 +21,20 @@ from ablate.tracking.run_dir import (
 )
 
 
+def strict_loads(text: str) -> object:
+    """json.loads that refuses the non-standard NaN/Infinity/-Infinity tokens."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, NaN equal to NaN, a float never equal to None."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 def _summary(**overrides: object) -> dict[str, object]:
     base: dict[str, object] = {k: 0.5 for k in SUMMARY_KEYS}
     base.update(status="finished", steps=10)
@@ -105,32 +119,70 @@ def test_summary_bad_status(tmp_path: Path) -> None:
     assert not folder.summary_path.exists()
 
 
-def test_summary_nan_roundtrip_and_extras(tmp_path: Path) -> None:
+def test_summary_is_strict_json_with_null_and_its_reason(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
+    reasons = {"kl_true": "policy diverged"}
     folder.write_summary(
         _summary(
             status="diverged",
             kl_true=float("nan"),
             ppl=np.float32("inf"),
+            length=-math.inf,
+            win_rate=float("nan"),  # no reason given
             ref_bytes=np.int64(1234),
-            nan_reasons={"kl_true": "policy diverged"},
+            ref_hit_rate=float("nan"),  # a regime's own figure, not in the schema
+            provenance={"x": [1.0, float("nan")]},
+            nan_reasons=reasons,
         )
     )
+    raw = strict_loads(folder.summary_path.read_text())
+    assert raw["kl_true"] is None and raw["ppl"] is None and raw["length"] is None and raw["win_rate"] is None
+    assert raw["ref_hit_rate"] is None and raw["provenance"] == {"x": [1.0, None]}
+    why = raw["nan_reasons"]
+    assert why["kl_true"] == "policy diverged"  # the reason given is kept
+    assert why["ppl"].startswith("+inf") and why["length"].startswith("-inf") and why["win_rate"].startswith("NaN")
+    assert "ref_hit_rate" in why and set(why) == {"kl_true", "ppl", "length", "win_rate", "ref_hit_rate"}
+    assert reasons == {"kl_true": "policy diverged"}  # the caller's mapping is not changed
     out = folder.read_summary()
     assert out is not None
-    assert math.isnan(out["kl_true"]) and out["ppl"] == math.inf
+    for key in ("kl_true", "ppl", "length", "win_rate", "ref_hit_rate"):
+        assert isinstance(out[key], float) and math.isnan(out[key]), key
     assert out["ref_bytes"] == 1234 and isinstance(out["ref_bytes"], int)
-    assert out["nan_reasons"] == {"kl_true": "policy diverged"}
-    assert math.isnan(json.loads(folder.summary_path.read_text())["kl_true"])
+    assert out["nan_reasons"] == why and out["status"] == "diverged"
+
+
+def test_summary_without_nan_gets_no_reasons_key(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.write_summary(_summary())
+    assert "nan_reasons" not in strict_loads(folder.summary_path.read_text())
+
+
+def test_old_nan_token_summary_reads_as_the_strict_one(tmp_path: Path) -> None:
+    """A summary.json an older run wrote with NaN/Infinity tokens reads to the same numbers as the strict file
+    written now; a null that is not a number (no reason, not a numeric schema key) stays None."""
+    summary = _summary(kl_true=float("nan"), ref_hit_rate=float("nan"), nan_reasons={"kl_true": "none"})
+    new = RunFolder(tmp_path / "new")
+    new.write_summary(summary)
+    old = RunFolder(tmp_path / "old")
+    old_reasons = {
+        "kl_true": "none",
+        "ref_hit_rate": strict_loads(new.summary_path.read_text())["nan_reasons"]["ref_hit_rate"],
+    }
+    old.summary_path.write_text(json.dumps({**summary, "nan_reasons": old_reasons, "note": None}, indent=2))
+    a, b = old.read_summary(), new.read_summary()
+    assert a is not None and b is not None and a.pop("note") is None
+    assert _same(a, b) and math.isnan(b["kl_true"]) and math.isnan(b["ref_hit_rate"])
 
 
 def test_metrics_nan_and_types(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
     folder.log_metrics(np.int64(0), {"loss": np.float32(0.5), "kl": float("nan"), "t": torch.tensor(2.0)})
     line = folder.metrics_path.read_text().splitlines()[0]
-    row = json.loads(line)
+    row = strict_loads(line)
     assert row["step"] == 0 and isinstance(row["time"], float)
-    assert row["loss"] == 0.5 and row["t"] == 2.0 and math.isnan(row["kl"])
+    assert row["loss"] == 0.5 and row["t"] == 2.0 and row["kl"] is None
+    (back,) = folder.read_metrics()
+    assert math.isnan(back["kl"]) and back["loss"] == 0.5
     with pytest.raises(ValueError, match="step"):
         folder.log_metrics(1, {"step": 3})
 
@@ -158,6 +210,26 @@ def test_truncated_last_line_skipped(tmp_path: Path) -> None:
     assert [r["step"] for r in rows] == [0, 1, 3]
 
 
+def test_metrics_strict_lines_and_old_nan_token_lines_read_the_same(tmp_path: Path) -> None:
+    new = RunFolder(tmp_path / "new")
+    new.log_metrics(0, {"kl/approx": float("nan"), "train/loss": math.inf, "kl/true": 0.5})
+    new.log_metrics(1, {"kl/approx": -math.inf, "kl/true": 0.25})
+    for line in new.metrics_path.read_text().splitlines():
+        strict_loads(line)
+    old = RunFolder(tmp_path / "old")
+    rows = [strict_loads(line) for line in new.metrics_path.read_text().splitlines()]
+    nan = float("nan")
+    old.metrics_path.write_text(
+        "".join(json.dumps({k: nan if v is None else v for k, v in r.items()}) + "\n" for r in rows)
+    )
+    assert "NaN" in old.metrics_path.read_text()
+    a, b = old.read_metrics(), new.read_metrics()
+    assert _same(a, b) and all(isinstance(r["kl/approx"], float) and math.isnan(r["kl/approx"]) for r in b)
+    new.truncate_metrics(0)  # rewritten strict
+    (only,) = [strict_loads(line) for line in new.metrics_path.read_text().splitlines()]
+    assert only["step"] == 0 and only["kl/approx"] is None
+
+
 def test_read_metrics_missing_file(tmp_path: Path) -> None:
     assert RunFolder(tmp_path / "new").read_metrics() == []
 
@@ -165,8 +237,8 @@ def test_read_metrics_missing_file(tmp_path: Path) -> None:
 def test_write_samples(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path)
     folder.write_samples([{"prompt": "p", "reward": np.float64(1.5)}, {"prompt": "q", "reward": float("nan")}])
-    rows = [json.loads(x) for x in folder.samples_path.read_text().splitlines()]
-    assert rows[0] == {"prompt": "p", "reward": 1.5} and math.isnan(rows[1]["reward"])
+    rows = [strict_loads(x) for x in folder.samples_path.read_text().splitlines()]
+    assert rows[0] == {"prompt": "p", "reward": 1.5} and rows[1] == {"prompt": "q", "reward": None}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl"]
 
 
