@@ -94,6 +94,12 @@ def throughput(policy, pieces: Pieces, cfg, batch, dpo_step_s: float, matmul_n: 
     }
 
 
+def _own_gb(frame) -> str:
+    """``ref=full``'s own bytes (ablate.bench.costs.own_bytes) in GB, as text."""
+    rows = frame.set_index("regime")
+    return f"{rows.loc['full', 'own_bytes'] / 1e9:.2f}" if "full" in rows.index else "n/a"
+
+
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
@@ -174,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         "32 rows is all the default evaluation has. Static cache without compile was no faster here, eager "
         "attention slower; the evaluation samples in fp32 by default (eval.precision: the audit scores the "
         "model that drew the samples, and bf16 logits are too coarse to measure the regimes' errors)",
+        "memory": "the run's own state (fp32 weights, gradients, two AdamW moments, the reference: "
+        f"{_own_gb(frame)} GB) and the imported libraries (about 0.6 GB) leave nothing for activations; "
+        "below 3 GB needs lower-precision weights or optimiser state (changes metrics) or gradient "
+        "checkpointing (slower steps)",
         "dpo_trainer": "",
         "grpo_trainer": "",
     }

@@ -22,12 +22,22 @@ class RegimeCost:
     setup_s: float
     bytes_held: float
     cache_bytes: float
+    own_bytes: float  # the run's own state: fp32 weights, gradients and two AdamW moments of what trains, the ref
     step_s: float = float("nan")
 
 
-def build_regime(cfg, pieces) -> tuple[object, float]:
-    """The regime for a composed run config, and its setup wall time (construction + any precompute: ``cached``
-    prepares from the pairs' sequences, as online algorithms prepare it)."""
+def own_bytes(policy: torch.nn.Module, ref_bytes: float) -> float:
+    """What a run of ``policy`` must hold, whatever the harness does: its fp32 weights, plus a gradient and two
+    AdamW moments (fp32) per trainable parameter, plus the reference's bytes. Peak RSS is reported against it."""
+    weights = sum(p.numel() * 4 for p in policy.parameters())
+    trainable = sum(p.numel() * 4 for p in policy.parameters() if p.requires_grad)
+    return float(weights + 3 * trainable + ref_bytes)
+
+
+def build_regime(cfg, pieces) -> tuple[object, float, torch.nn.Module | None]:
+    """The regime for a composed run config, its setup wall time (construction + any precompute: ``cached``
+    prepares from the pairs' sequences, as online algorithms prepare it), and the policy it was built on when it
+    needs one (``shared``: the policy with its adapter; None otherwise)."""
     from ablate.inputs import prepare_from_pairs
     from ablate.models.loading import add_adapter
     from ablate.refs import regime_class
@@ -39,17 +49,21 @@ def build_regime(cfg, pieces) -> tuple[object, float]:
     ctx = pieces.inputs.ref_context(cfg, policy=policy, pairs=pieces.pairs)
     ref = regime_class(cfg.ref.name)(cfg.ref, ctx)
     prepare_from_pairs(ref, pieces.tokenizer, pieces.pairs)
-    return ref, time.perf_counter() - t0
+    return ref, time.perf_counter() - t0, policy
 
 
 def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tuple[list[RegimeCost], dict]:
     refs, costs = {}, {}
+    full_model = pieces.load()
     for name, cfg in configs.items():
         log.info("bench: setting up ref=%s", name)
-        ref, setup = build_regime(cfg, pieces)
+        ref, setup, policy = build_regime(cfg, pieces)
         c = ref.cost()
         refs[name] = ref
-        costs[name] = RegimeCost(name, setup, float(c.bytes_held), float(c.cache_bytes))
+        own = own_bytes(policy if policy is not None else full_model, float(c.bytes_held))
+        costs[name] = RegimeCost(name, setup, float(c.bytes_held), float(c.cache_bytes), own)
+        del policy
+    del full_model
     log.info("bench: timing %d reference calls per regime, interleaved", repeats)
     with torch.no_grad():
         times = interleaved({n: (lambda r=r: r.logprobs(batch)) for n, r in refs.items()}, repeats)

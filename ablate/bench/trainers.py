@@ -40,7 +40,7 @@ def _dpo(kind: str, cfg, pieces, timer, out: Path):
     if kind == "harness":
         from ablate.bench.costs import build_regime
 
-        reference, _ = build_regime(cfg, pieces)
+        reference, _, _ = build_regime(cfg, pieces)
         return build_trainer(
             cfg,
             policy=policy,
@@ -84,7 +84,7 @@ def _grpo(kind: str, cfg, pieces, timer, out: Path):
     if kind == "harness":
         from ablate.bench.costs import build_regime
 
-        reference, _ = build_regime(cfg, pieces)
+        reference, _, _ = build_regime(cfg, pieces)
         return build_trainer(
             cfg,
             policy=policy,

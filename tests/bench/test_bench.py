@@ -38,6 +38,9 @@ def test_bench_on_tiny(tmp_path):
     assert csv.loc["shared", "bytes_held"] == 0 and csv.loc["none", "bytes_held"] == 0
     assert csv.loc["cached", "step_s_vs_full"] < 0.5  # a lookup, not a forward
     assert (csv["step_s"] > 0).all() and csv.loc["cached", "cache_bytes"] > 0
+    # own state: fp32 weights + gradient + two AdamW moments of every trainable parameter + the reference
+    assert csv.loc["full", "own_bytes"] == csv.loc["none", "own_bytes"] + csv.loc["full", "bytes_held"]
+    assert csv.loc["shared", "own_bytes"] < csv.loc["none", "own_bytes"]  # only the adapter trains
     md = (tmp_path / "tiny.md").read_text()
     for needle in (
         "## Targets",
@@ -46,6 +49,8 @@ def test_bench_on_tiny(tmp_path):
         "dpo: harness / stock TRL step time",
         "fraction of the bf16 matmul ceiling",
         "GFLOP/s",
+        "| own MiB |",
+        "evaluation's sampler",
     ):
         assert needle in md, needle
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ("met" in ln or "missed" in ln)]

@@ -32,3 +32,11 @@ def test_kv_bytes_count_keys_and_values_of_every_layer(tiny_model):
 def test_memory_bandwidth_is_a_plausible_figure():
     bw = memory_bandwidth(nbytes=16 * 2**20, repeats=2)
     assert math.isfinite(bw) and 1e8 < bw < 1e13  # between 0.1 GB/s and 10 TB/s
+
+
+def test_own_bytes_are_weights_plus_gradient_and_two_moments_per_trainable_parameter():
+    from ablate.bench.costs import own_bytes
+
+    layer = torch.nn.Linear(3, 2)  # 6 weights + 2 biases
+    layer.bias.requires_grad_(False)
+    assert own_bytes(layer, ref_bytes=100) == 8 * 4 + 3 * 6 * 4 + 100
