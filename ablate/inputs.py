@@ -1,10 +1,12 @@
 """What a run builds before any model trains, shared by the pipeline and the bench: the cache root, the device,
 the model source and its tokenizer, the task's prompts, the gold reward and the safety judge; and from those,
-the preference pairs, a model loader and a reference regime's context."""
+the preference pairs, a model loader, the run's one frozen copy of the SFT model and a reference regime's
+context."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ import torch
 from ablate.config import Config
 from ablate.models.loading import ModelSource, load_model, load_tokenizer, resolve_device, resolve_source
 from ablate.paths import cache_root
-from ablate.refs.base import RefContext, Reference
+from ablate.refs.base import RefContext, Reference, regime_class
+from ablate.refs.model_backed import ModelReference, freeze
 from ablate.tasks.pair_tokens import pair_batches
 from ablate.tasks.pairs import Pair, pairs_for_run
 from ablate.tasks.prompts import make_prompts
@@ -32,6 +35,7 @@ class RunInputs:
     prompts: dict[str, list[str]]  # "train", "eval", "test"
     reward: GoldReward
     safety: SafetyJudge
+    _frozen: torch.nn.Module | None = field(default=None, init=False, repr=False)  # see frozen_copy
 
     @classmethod
     def build(cls, cfg: Config) -> RunInputs:
@@ -52,6 +56,13 @@ class RunInputs:
         """A fresh copy of the SFT model on the run's device (``overrides``: e.g. a quantisation config)."""
         return load_model(self.source, self.device, **overrides)
 
+    def frozen_copy(self) -> torch.nn.Module:
+        """The run's one frozen copy of the SFT model (:meth:`load`'s, in eval mode, without gradients), loaded on
+        the first call and kept: the evaluator's judge, and the model of a regime that only reads that copy."""
+        if self._frozen is None:
+            self._frozen = freeze(self.load())
+        return self._frozen
+
     def pairs(self, cfg: Config) -> tuple[list[Pair], bool, Any]:
         """The run's preference pairs: ``(pairs, cache hit, cache entry)`` (generated on a miss)."""
         return pairs_for_run(
@@ -59,7 +70,9 @@ class RunInputs:
         )
 
     def ref_context(self, cfg: Config, *, policy=None, pairs=None) -> RefContext:
-        """What the run's reference regime is built from: the run's settings by name, not its config."""
+        """What the run's reference regime is built from: the run's settings by name, not its config. Its loader
+        hands a regime that only reads the SFT model (``ModelReference.reads_sft_copy``: ``ref=full``) the frozen
+        copy the run holds, if it holds one (:meth:`frozen_copy`), rather than a second copy of the same weights."""
         return RefContext(
             model_dir=str(self.source.path),
             model_fingerprint=self.source.fingerprint,
@@ -69,10 +82,19 @@ class RunInputs:
             max_length=getattr(cfg.algo, "max_length", None),  # DPO truncates; PPO and GRPO have no such setting
             precision=cfg.model.precision,
             policy=policy,
-            load_model=self.load,
+            load_model=self._loader(regime_class(cfg.ref.name)),
             train_data=pairs,
             cache_root=str(self.cache_root),
         )
+
+    def _loader(self, regime: type[Reference]) -> Callable[..., torch.nn.Module]:
+        """How ``regime`` loads the SFT model: :meth:`load` (a fresh copy per call), or, for a regime that only
+        reads it while the run holds its frozen copy, that copy (a fresh one all the same with overrides, e.g. a
+        quantisation config)."""
+        frozen = self._frozen
+        if frozen is None or not (issubclass(regime, ModelReference) and regime.reads_sft_copy):
+            return self.load
+        return lambda **overrides: self.load(**overrides) if overrides else frozen
 
 
 def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None) -> None:

@@ -76,7 +76,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         policy = add_adapter(policy, cfg.model.adapter)
     evaluator = make_evaluator(
         cfg,
-        judge=inputs.load(),
+        judge=inputs.frozen_copy(),  # ref=full reads the same copy (RunInputs.ref_context)
         tokenizer=inputs.tokenizer,
         prompts=inputs.prompts["eval"],
         reward=inputs.reward,

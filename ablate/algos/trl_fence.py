@@ -12,7 +12,8 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   one call for reference log-probs, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered
   by the regime. The same override fills rows the regime has no term for at loss time, and ``_compute_loss``
   can run without TRL's KL term (k1 in the reward).
-- Both: the fused LM head (``add_fused_lm_head``), TRL's metrics buffer ``_metrics`` (DPO also reads its
+- Both: the fused LM head (``add_fused_lm_head``; its CPU tile functions replaced by memory-lean ones that
+  compute bit for bit the same, :func:`use_lean_head`), TRL's metrics buffer ``_metrics`` (DPO also reads its
   ``logps/chosen`` back, to log the SFT replay term) and DPO's token counter ``_total_train_tokens`` (not in the
   Trainer's own state, so a resumed run restores it).
 
@@ -29,6 +30,7 @@ from functools import cache
 
 import torch
 
+from ablate.algos import lean_head
 from ablate.errors import MissingAsset
 
 #: TRL versions this fence was checked with (tests/algos/test_trl_fence.py holds it to the installed one).
@@ -179,8 +181,17 @@ def has_fused_head(model: torch.nn.Module) -> bool:
 
 def add_fused_head(model: torch.nn.Module) -> None:
     """TRL's fused LM head on ``model`` (per-token log-probs without [B, T, V] logits), unless it has one."""
+    use_lean_head()
     if not has_fused_head(model):
         _fused_head_fn()(model)
+
+
+@cache
+def use_lean_head() -> bool:
+    """Every fused head (ours, and the one TRL's trainers put on the policy) folds its logits tiles on CPU with
+    :mod:`ablate.algos.lean_head`'s functions (bit for bit TRL's, in fewer whole-tile temporaries), with a TRL
+    this fence was checked with; any other keeps TRL's own. Returns whether the lean ones are in place."""
+    return _trl_version() in CHECKED_WITH and lean_head.install()
 
 
 def fused_logprobs(model: torch.nn.Module, input_ids, attention_mask, labels) -> torch.Tensor:
@@ -245,6 +256,8 @@ def dpo_base():
     ``precompute_ref_log_probs=True`` (:data:`DPO_ARGS`)."""
     from trl import DPOTrainer
 
+    use_lean_head()
+
     class FencedDPOTrainer(TRLState, DPOTrainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, ref_model=None, **kwargs)
@@ -289,6 +302,8 @@ def grpo_base():
     the real ``beta``; subclasses implement :meth:`reference_token_logps` and may override
     :meth:`loss_reference` and :attr:`kl_in_loss`."""
     from trl import GRPOTrainer
+
+    use_lean_head()
 
     class FencedGRPOTrainer(TRLState, GRPOTrainer):
         #: False: TRL's loss runs without its KL term (the KL is elsewhere, e.g. in the reward)

@@ -16,4 +16,7 @@ class FullRefConfig(RefConfig):
 
 @register(FullRefConfig)
 class FullReference(ModelReference):
-    """Loads the SFT weights once more, in full precision, in eval mode, without gradients."""
+    """The SFT weights in full precision, in eval mode, without gradients: loaded once more, or the run's frozen
+    copy when it holds one (the model is only read). ``ref_bytes`` counts the copy either way."""
+
+    reads_sft_copy = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import torch
 
@@ -26,6 +27,11 @@ def freeze(model: torch.nn.Module) -> torch.nn.Module:
 
 class ModelReference(Reference):
     """A reference that is a frozen model held in memory."""
+
+    #: True for a regime whose model is the SFT model exactly as ``RefContext.load_model()`` returns it, only ever
+    #: read (never updated, quantised or wrapped): it may then be handed a frozen copy the run already holds
+    #: instead of loading its own (``ablate.inputs.RunInputs.ref_context``). Its cost counts the copy all the same.
+    reads_sft_copy: ClassVar[bool] = False
 
     model: torch.nn.Module
 
