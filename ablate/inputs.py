@@ -66,7 +66,14 @@ class RunInputs:
     def pairs(self, cfg: Config) -> tuple[list[Pair], bool, Any]:
         """The run's preference pairs: ``(pairs, cache hit, cache entry)`` (generated on a miss)."""
         return pairs_for_run(
-            cfg, self.cache_root, self.source, self.tokenizer, self.prompts["train"], self.reward, self.load
+            cfg,
+            self.cache_root,
+            self.source,
+            self.tokenizer,
+            self.prompts["train"],
+            self.reward,
+            self.load,
+            self.device,
         )
 
     def ref_context(self, cfg: Config, *, policy=None, pairs=None) -> RefContext:

@@ -11,14 +11,18 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ablate.cache import CacheEntry
 from ablate.tasks.prompts import prompts_fingerprint
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 
 PAIRS_FILE = "pairs.jsonl"
-_FORMAT = 2  # 2: the coupled sampler
+_FORMAT = 3  # 2: the coupled sampler; 3: the rows per generate call in the key for every sampler
 
 
 @dataclass
@@ -35,7 +39,7 @@ class PairSettings:
     samples_per_prompt: int
     max_new_tokens: int
     temperature: float
-    batch_size: int | None  # None: sized by memory; in the key only for the multinomial sampler (its RNG stream)
+    batch_size: int  # rows per generate call: the multinomial RNG stream, and the rounding of every matmul
     seed: int
     precision: str
     sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial
@@ -44,9 +48,10 @@ class PairSettings:
 def pair_key(
     *, model_fingerprint: str, tokenizer_fingerprint: str, settings: PairSettings, prompts: list[str], reward_id: str
 ) -> dict:
+    # Coupled responses do not depend on their batch in exact arithmetic, nor in fp32 here (SmolLM2, 32 prompts:
+    # identical at 8 and 32 rows); in bf16 a matmul's rounding depends on its rows (19 of 32 identical), so the
+    # rows are part of what the pairs are.
     generation = asdict(settings)
-    if settings.sampler == "coupled":  # each response depends on its key alone, not on the batch it was drawn in
-        del generation["batch_size"]
     return {
         "model": model_fingerprint,
         "tokenizer": tokenizer_fingerprint,
@@ -121,17 +126,32 @@ def load_or_generate_pairs(
     return pairs, False, entry
 
 
-def pairs_for_run(cfg, cache_root: Path, source, tokenizer, train_prompts: list[str], reward, make_model):
+def pairs_for_run(
+    cfg, cache_root: Path, source, tokenizer, train_prompts: list[str], reward, make_model, device: torch.device
+):
     """The run's preference pairs (settings from ``cfg.task``, ``cfg.seed`` and the model's precision):
-    ``(pairs, cache hit, cache entry)``."""
+    ``(pairs, cache hit, cache entry)``. Rows per generate call: ``task.gen_batch_size``, or as many as fit
+    (:func:`ablate.models.sampling.sampling_rows`, from the model's config alone: a cache hit loads no model)."""
+    from transformers import AutoConfig
+
     from ablate.models.loading import tokenizer_fingerprint
+    from ablate.models.sampling import sampling_rows
 
     task = cfg.task
+    rows = task.gen_batch_size or sampling_rows(
+        AutoConfig.from_pretrained(source.path),
+        tokenizer,
+        train_prompts,
+        n_per_prompt=task.samples_per_prompt,
+        max_new_tokens=task.max_new_tokens,
+        precision=cfg.model.precision,
+        device=device,
+    )
     settings = PairSettings(
         samples_per_prompt=task.samples_per_prompt,
         max_new_tokens=task.max_new_tokens,
         temperature=task.temperature,
-        batch_size=task.gen_batch_size,
+        batch_size=rows,
         seed=cfg.seed,
         precision=cfg.model.precision,
     )

@@ -89,20 +89,42 @@ def test_any_input_change_is_a_cache_miss(tmp_path, tokenizer, tiny_source, chan
     assert pair_key(**base) != pair_key(**changed)
 
 
-def test_the_coupled_samplers_key_ignores_the_batch_size_the_multinomials_does_not(tokenizer, tiny_source):
-    """Coupled pairs are the same at any batch size (tests/models/test_coupled.py), so the batch size is not in
-    their key; the multinomial sampler's RNG stream depends on it, so it is in its key."""
+def test_the_rows_per_generate_call_are_in_the_key_for_every_sampler(tokenizer, tiny_source):
+    """In bf16 a matmul's rounding depends on its rows, so even coupled pairs can differ with the batch size
+    (SmolLM2: 19 of 32 responses identical at 8 vs 32 rows); the multinomial RNG stream depends on it too."""
     base = dict(
         model_fingerprint=tiny_source.fingerprint,
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
         prompts=make_prompts(6, 1, 1)["train"],
         reward_id=GoldReward.ID,
     )
-    other = dataclasses.replace(SETTINGS, batch_size=3)
-    assert pair_key(**base, settings=SETTINGS) == pair_key(**base, settings=other)
+    for sampler in ("coupled", "multinomial"):
+        settings = dataclasses.replace(SETTINGS, sampler=sampler)
+        other = dataclasses.replace(settings, batch_size=3)
+        assert pair_key(**base, settings=settings) != pair_key(**base, settings=other)
     multi = dataclasses.replace(SETTINGS, sampler="multinomial")
-    assert pair_key(**base, settings=multi) != pair_key(**base, settings=dataclasses.replace(multi, batch_size=3))
     assert pair_key(**base, settings=multi) != pair_key(**base, settings=SETTINGS)
+
+
+def test_a_run_keys_its_pairs_on_the_rows_that_fit(tmp_path, tokenizer, tiny_source):
+    """task.gen_batch_size=None: the rows come from the memory budget (all 24 sequences fit for the tiny model),
+    resolved from the model's config before any model loads."""
+    from ablate.compose import compose
+    from ablate.tasks.pairs import pairs_for_run
+
+    cfg = compose("model=tiny", "task.n_train=6", "task.max_new_tokens=4")
+    prompts = make_prompts(6, 1, 1)["train"]
+    _, _, entry = pairs_for_run(
+        cfg,
+        tmp_path,
+        tiny_source,
+        tokenizer,
+        prompts,
+        GoldReward(),
+        lambda: load_model(tiny_source, torch.device("cpu")),
+        torch.device("cpu"),
+    )
+    assert entry.key["generation"]["batch_size"] == 6 * cfg.task.samples_per_prompt
 
 
 def test_corrupted_pairs_file_is_rebuilt(tmp_path, tokenizer, pair_inputs):
