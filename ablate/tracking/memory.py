@@ -12,7 +12,12 @@ _CLEAR = Path("/proc/self/clear_refs")
 
 
 def peak_rss_bytes() -> float:
-    """This process's peak resident memory so far (a reused launcher worker carries earlier jobs' peak)."""
+    """This process's peak resident memory so far (a reused launcher worker carries earlier jobs' peak). Linux:
+    ``VmHWM`` of this program; ``getrusage``'s maxrss is kept across ``execve``, so a job started by a large
+    process (the bench) would report its parent's size at the fork. Elsewhere: ``getrusage``."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return float(peak if sys.platform == "darwin" else peak * 1024)
 
