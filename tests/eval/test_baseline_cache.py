@@ -12,10 +12,10 @@ from ablate.config import EvalConfig, TaskConfig
 from ablate.eval.baseline_cache import BASELINE_FILE, KIND
 from ablate.eval.evaluator import Evaluator
 from ablate.models.loading import load_model
-from ablate.tasks.heldout import heldout_texts
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 from ablate.tasks.safety import SafetyJudge
+from tests.conftest import tiny_evaluator
 
 CPU = torch.device("cpu")
 PROMPTS = make_prompts(1, 4, 1)["eval"]
@@ -35,17 +35,14 @@ class CountingJudge:
 
 def _evaluator(tiny_source, tokenizer, judge, cache_root, *, prompts=PROMPTS, max_new_tokens=6, **eval_kw):
     eval_kw.setdefault("batch_size", 4)
-    return Evaluator(
+    return tiny_evaluator(
+        tiny_source,
+        tokenizer,
+        n_heldout=2,
         judge=judge.model,
-        tokenizer=tokenizer,
         prompts=prompts,
-        heldout=heldout_texts()[:2],
-        reward=GoldReward(),
-        safety=SafetyJudge(),
         eval_cfg=EvalConfig(**eval_kw),
         task_cfg=TaskConfig(max_new_tokens=max_new_tokens),
-        run_seed=0,
-        device=CPU,
         cache_root=cache_root,
         model_fingerprint=None if cache_root is None else tiny_source.fingerprint,
     )
