@@ -44,8 +44,9 @@ class EvaluationCallback(RunCallback):
         self.cfg, self.evaluator, self.reference = cfg, evaluator, reference
         self.folder, self.logger = folder, logger
 
-    def evaluate(self, step: int) -> None:
-        res = self.evaluator.evaluate(self.policy(), self.reference, step)
+    def evaluate(self, step: int, final: bool = False) -> None:
+        """One evaluation; ``final``: at the final evaluation's size (eval.samples_per_prompt)."""
+        res = self.evaluator.evaluate(self.policy(), self.reference, step, final=final)
         res.metrics = schema.complete(res.metrics)  # derived metrics of the schema, logged like the others
         metrics = {**res.metrics, **cost_metrics(self.reference, step)}
         self.folder.log_metrics(step, metrics)

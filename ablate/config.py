@@ -318,10 +318,10 @@ class EvalConfig:
     sample_batch_size: int | None = None  # rows per generate call; None: as many as fit (ablate.models.batching)
     # sampling seed; None: 1234 + 1000 * seed (ablate.eval.evaluator.sampling_seed), each run seed its own noise
     seed: int | None = None
-    # sampling and scoring precision of the evaluation: responses are sampled from the model whose KL is scored
-    precision: str = "fp32"  # Precision
-    # how responses are drawn (ablate.models.sampling): coupled makes the step-0 policy's responses the SFT baseline's
-    sampler: str = "coupled"  # Sampler
+    precision: str = "fp32"  # Precision of sampling and scoring: the samples come from the model whose KL is scored
+    sampler: str = "coupled"  # Sampler (ablate.models.sampling): coupled gives the step-0 policy the SFT's responses
+    samples_per_prompt: int = 1  # coupled samples per prompt at the final evaluation (keys (prompt, 0..k-1))
+    interim_samples_per_prompt: int | None = None  # at step 0 and every `interval` steps; None: samples_per_prompt
 
     def __post_init__(self) -> None:
         require_choice("eval.precision", self.precision, Precision)
@@ -329,14 +329,14 @@ class EvalConfig:
         require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
         require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
         require_count_or_none("eval.sample_batch_size", self.sample_batch_size)
+        require(self.samples_per_prompt >= 1, f"eval.samples_per_prompt must be >= 1, got {self.samples_per_prompt}")
+        require_count_or_none("eval.interim_samples_per_prompt", self.interim_samples_per_prompt)
 
 
 @dataclass
 class CheckpointConfig:
-    # A resumable checkpoint (trainable weights, optimiser, scheduler, RNG, the regime's state) is saved at the
-    # first step end after `minutes` of wall time since the attempt started or the last checkpoint, and every
-    # `interval` steps. None at the last step (the summary is the result) unless `keep`. A full fine-tune of
-    # SmolLM2-135M writes 1.6 GB per checkpoint (fp32 weights and two Adam moments).
+    # A resumable checkpoint (weights, optimiser, scheduler, RNG, regime state: 1.6 GB for SmolLM2) is saved at the first
+    # step end `minutes` after the attempt's start or the last one, every `interval` steps, and last only if `keep`.
     interval: int = 0  # also every N optimiser steps (0: by time only)
     minutes: float = 10.0  # wall-time budget between checkpoints, the most work a kill loses (0: not by time)
     keep: bool = False  # save the last step's checkpoint and keep it after the job finished

@@ -175,8 +175,9 @@ def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, fold
     """The final evaluation (unless the last step was just evaluated, or the job diverged), the last
     evaluation's samples, and the trained policy when ``save_policy``."""
     state.steps = trainer.state.global_step
-    if state.status == "finished" and (state.last_eval is None or state.last_eval.step != state.steps):
-        evaluation.evaluate(state.steps)
+    last = state.last_eval
+    if state.status == "finished" and (last is None or last.step != state.steps or not last.final):
+        evaluation.evaluate(state.steps, final=True)
     if state.last_eval is not None:
         folder.write_samples(state.last_eval.samples)
         logger.log_table("eval/samples", state.last_eval.samples)

@@ -78,6 +78,8 @@ BAD = [
     (["task.unsafe_threshold=1.5"], "task.unsafe_threshold must be in [0, 1]"),
     (["task.temperature=0.7"], "task.temperature must be 1.0, got 0.7: evaluation's k1/k3 KL estimates"),
     (["eval.interval=-1"], "eval.interval"),
+    (["eval.samples_per_prompt=0"], "eval.samples_per_prompt must be >= 1, got 0"),
+    (["eval.interim_samples_per_prompt=0"], "eval.interim_samples_per_prompt must be >= 1 or null"),
     (["checkpoint.interval=-1"], "checkpoint.interval must be >= 0"),
     (["checkpoint.minutes=-1"], "checkpoint.minutes must be >= 0"),
     (["divergence.max_kl=0"], "divergence.max_kl must be > 0"),

@@ -74,3 +74,13 @@ def test_the_run_reads_top_to_bottom():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert node.end_lineno - node.lineno + 1 <= 55, f"{name}: {node.name} is too long"
         assert '"dpo"' not in source and '"grpo"' not in source and '"ppo"' not in source, name
+
+
+def test_the_final_evaluation_draws_samples_per_prompt_and_the_others_the_interim_count(tmp_path):
+    raw = compose(*TINY, "ref=full", "eval.samples_per_prompt=2", "eval.interim_samples_per_prompt=1")
+    raw.out_dir = str(tmp_path / "run")
+    summary = run_job(raw)
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert summary["status"] == "finished" and len(samples) == 2 * raw.task.n_eval
+    assert [s["sample"] for s in samples[:4]] == [0, 1, 0, 1] and {s["step"] for s in samples} == {3}
+    assert summary["reward_delta_step0"] == 0.0  # step 0 (interim, one sample each): the SFT model's responses

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 KIND = "sft_baselines"
 BASELINE_FILE = "baseline.jsonl"
-_FORMAT = 2  # 2: the rows per generate call are part of the key for every sampler
+_FORMAT = 3  # 2: the rows per generate call in the key for every sampler; 3: samples per prompt
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class BaselineSettings:
 
     max_new_tokens: int
     temperature: float
+    samples_per_prompt: int  # keys (prompt i, sample 0..k-1), prompt-major
     batch_size: int  # rows per generate call: the multinomial RNG stream, and the float rounding of every matmul
     seed: int
     precision: str

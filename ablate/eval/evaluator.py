@@ -48,6 +48,7 @@ class EvalResult:
     metrics: dict[str, float]
     samples: list[dict]
     nan_reasons: dict[str, str] = field(default_factory=dict)
+    final: bool = True  # the final evaluation's size (eval.samples_per_prompt), not the interim one
 
 
 @dataclass
@@ -95,25 +96,36 @@ class Evaluator:
         self.precision = eval_cfg.precision  # sampling and scoring precision
         self.seed = sampling_seed(eval_cfg.seed, run_seed)
         self.device = device
-        self._sft: dict | None = None
+        self._sft: dict[int, dict] = {}  # samples per prompt -> the SFT baseline at that many
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
         self.cache_root = cache_root
         self.model_fingerprint = model_fingerprint
-        self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed
-        self.sample_rows = eval_cfg.sample_batch_size or sampling_rows(
+        self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed; else every load's
+        self.sample_rows = self.rows(eval_cfg.samples_per_prompt)  # at the final evaluation
+
+    def samples_per_prompt(self, final: bool) -> int:
+        """Coupled samples per prompt: ``eval.samples_per_prompt`` at the final evaluation, the interim count
+        (default the same) at step 0 and in between."""
+        k = self.cfg.samples_per_prompt
+        return k if final else (self.cfg.interim_samples_per_prompt or k)
+
+    def rows(self, k: int) -> int:
+        """Rows per generate call with ``k`` samples per prompt (the audit scores eval.batch_size at a time)."""
+        return self.cfg.sample_batch_size or sampling_rows(
             self.judge.config,
-            tokenizer,
-            prompts,
-            max_new_tokens=task_cfg.max_new_tokens,
+            self.tok,
+            self.prompts,
+            n_per_prompt=k,
+            max_new_tokens=self.task.max_new_tokens,
             precision=self.precision,
-            device=device,
-        )  # rows per generate call; the audit scores eval.batch_size rows at a time
+            device=self.device,
+        )
 
     # ------------------------------------------------------------------------------------ sampling
-    def _sample(self, model, desc: str) -> list[SampledBatch]:
-        """Responses sampled with ``eval.sampler`` in ``eval.precision``, ``sample_rows`` at a time, outside
-        Accelerate's per-call autocast wrapper; every model is sampled with the same seed, keys (prompt i, sample 0)
-        and rows, so they are coupled."""
+    def _sample(self, model, desc: str, k: int) -> list[SampledBatch]:
+        """``k`` responses per prompt (prompt-major), sampled with ``eval.sampler`` in ``eval.precision``,
+        :meth:`rows` at a time, outside Accelerate's per-call autocast wrapper; every model is sampled with the
+        same seed, keys (prompt i, sample j) and rows, so they are coupled."""
         with unwrapped_forward(model):
             return sample(
                 model,
@@ -121,24 +133,28 @@ class Evaluator:
                 self.prompts,
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
-                batch_size=self.sample_rows,
+                batch_size=self.rows(k),
                 seed=self.seed,
                 precision=self.precision,
+                n_per_prompt=k,
                 desc=desc,
                 sampler=self.cfg.sampler,
             )
 
-    def _sample_baseline(self) -> dict:
-        """The SFT model's responses to the evaluation prompts, their gold rewards and unsafe probabilities."""
-        texts = [t for b in self._sample(self.judge, "eval: SFT baseline") for t in b.texts]
+    def _sample_baseline(self, k: int) -> dict:
+        """The SFT model's ``k`` responses per prompt, their gold rewards and unsafe probabilities."""
+        texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k) for t in b.texts]
         return {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
 
-    def baseline_key(self) -> dict:
-        """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings."""
+    def baseline_key(self, k: int | None = None) -> dict:
+        """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings, at
+        ``k`` samples per prompt (default: the final evaluation's)."""
+        k = k or self.cfg.samples_per_prompt
         settings = bc.BaselineSettings(
             max_new_tokens=self.task.max_new_tokens,
             temperature=self.task.temperature,
-            batch_size=self.sample_rows,
+            samples_per_prompt=k,
+            batch_size=self.rows(k),
             seed=self.seed,
             precision=self.precision,
             sampler=self.cfg.sampler,
@@ -153,17 +169,24 @@ class Evaluator:
             safety_id=self.safety.ID,
         )
 
-    def sft_baseline(self) -> dict:
-        """The SFT model's responses to the evaluation prompts, sampled once with the policy's seed and keys
-        (and, with a ``cache_root``, once per sweep: loaded from the cache when an earlier job sampled them)."""
-        if self._sft is None:
+    def sft_baseline(self, k: int | None = None) -> dict:
+        """The SFT model's ``k`` responses per prompt (default: the final evaluation's count), prompt-major,
+        sampled once with the policy's seed and keys (and, with a ``cache_root``, once per sweep: loaded from the
+        cache when an earlier job sampled them)."""
+        k = k or self.cfg.samples_per_prompt
+        if k not in self._sft:
             if self.cache_root is None:
-                self._sft = self._sample_baseline()
+                self._sft[k] = self._sample_baseline(k)
             else:
-                self._sft, self.baseline_cache_hit, _ = bc.load_or_sample_baseline(
-                    self.cache_root, self.baseline_key(), self.prompts, self._sample_baseline
+                self._sft[k], hit, _ = bc.load_or_sample_baseline(
+                    self.cache_root, self.baseline_key(k), self._expanded(k), lambda: self._sample_baseline(k)
                 )
-        return self._sft
+                self.baseline_cache_hit = hit if self.baseline_cache_hit is None else self.baseline_cache_hit and hit
+        return self._sft[k]
+
+    def _expanded(self, k: int) -> list[str]:
+        """Each prompt ``k`` times, in the order responses are sampled (prompt-major)."""
+        return [p for p in self.prompts for _ in range(k)]
 
     # ------------------------------------------------------------------------------------- scoring
     def _policy_scores(self, policy, batch: TokenBatch) -> torch.Tensor:
@@ -264,14 +287,18 @@ class Evaluator:
             **{f"kl/{k}": errors[k] for k in LOGP_KEYS},
         }
 
-    def evaluate(self, policy, reference: Reference, step: int) -> EvalResult:
-        sft = self.sft_baseline()
+    def evaluate(self, policy, reference: Reference, step: int, final: bool = True) -> EvalResult:
+        """Sample the policy (:meth:`samples_per_prompt` of ``final``), audit it and score it against the SFT
+        baseline drawn with the same keys."""
+        k = self.samples_per_prompt(final)
+        sft = self.sft_baseline(k)
+        prompts = self._expanded(k)
         was_training = policy.training
         policy.eval()
         audit = _Audit()
         texts: list[str] = []
         try:
-            for sampled in self._sample(policy, f"eval@{step}: sampling"):
+            for sampled in self._sample(policy, f"eval@{step}: sampling", k):
                 texts += sampled.texts
                 for sb in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
                     self._audit_batch(policy, reference, sb, audit)
@@ -283,9 +310,10 @@ class Evaluator:
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
         wr = mm.win_rate(rewards, sft["rewards"])
-        delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=range(len(rewards)))
+        groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
+        delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=groups)
         if self.proxy is not None:
-            proxy_mean = mm.mean(self.proxy(texts, self.prompts))
+            proxy_mean = mm.mean(self.proxy(texts, prompts))
         else:
             proxy_mean = float("nan")
             reasons["reward_proxy"] = "the run trains on the gold reward (no learned reward model)"
@@ -313,33 +341,37 @@ class Evaluator:
             {
                 "step": step,
                 "prompt": p,
+                "sample": i % k,
                 "policy_response": t,
                 "sft_response": st,
                 "policy_reward": r,
                 "sft_reward": sr,
                 "policy_unsafe_prob": u,
                 "sft_unsafe_prob": su,
-                "kl_true": k,
+                "kl_true": kl,
                 "kl_k1": k1,
                 "kl_k3": k3,
                 "kl_approx": ka,
                 "length": n,
                 "truncated": bool(tr),
             }
-            for p, t, st, r, sr, u, su, k, k1, k3, ka, n, tr in zip(
-                self.prompts,
-                texts,
-                sft["texts"],
-                rewards,
-                sft["rewards"],
-                unsafe_p,
-                sft["unsafe"],
-                ps["kl"],
-                ps["k1"],
-                ps["k3"],
-                approx,
-                ps["len"],
-                ps["truncated"],
+            for i, (p, t, st, r, sr, u, su, kl, k1, k3, ka, n, tr) in enumerate(
+                zip(
+                    prompts,
+                    texts,
+                    sft["texts"],
+                    rewards,
+                    sft["rewards"],
+                    unsafe_p,
+                    sft["unsafe"],
+                    ps["kl"],
+                    ps["k1"],
+                    ps["k3"],
+                    approx,
+                    ps["len"],
+                    ps["truncated"],
+                    strict=True,
+                )
             )
         ]
-        return EvalResult(step, metrics, samples, reasons)
+        return EvalResult(step, metrics, samples, reasons, final)

@@ -72,7 +72,8 @@ METRICS: list[Metric] = [
            "optimiser steps completed",
            required=True, status=Column("steps", 5, "{:d}")),
     Metric("win_rate", "eval/win_rate", "share", "higher",
-           "share of evaluation prompts whose policy response beats the SFT model's by gold reward (ties count half)",
+           "share of the evaluation's response pairs (same prompt, same sample index, same noise) in which the "
+           "policy's response beats the SFT model's by gold reward (ties count half)",
            required=True, compared=True, status=Column("win", 6, "{:.3f}"), label="win rate"),
     Metric("win_rate_lo", "eval/win_rate_lo", "share", None,
            "95% Wilson interval, lower end (valid but conservative with half ties)",

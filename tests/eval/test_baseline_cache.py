@@ -128,6 +128,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
     assert key["sampling"] == {
         "max_new_tokens": 6,
         "temperature": 1.0,
+        "samples_per_prompt": 1,
         "batch_size": ev.sample_rows,
         "seed": ev.seed,
         "precision": "fp32",

@@ -133,3 +133,27 @@ def test_evaluation_seed_is_derived_from_the_run_seed(tmp_path, tiny_source, tok
     assert _run_evaluator(tmp_path, tiny_source, tokenizer, "seed=1").seed == seeds[1]
     explicit = {_run_evaluator(tmp_path, tiny_source, tokenizer, f"seed={s}", "eval.seed=7").seed for s in (0, 1)}
     assert explicit == {7}  # an explicit eval.seed is honoured for every run
+
+
+def test_samples_per_prompt_final_and_interim(tiny_source, tokenizer, ref_ctx):
+    """The final evaluation draws eval.samples_per_prompt coupled samples per prompt, the interim ones their own
+    count; the SFT baseline is drawn with the same keys at each count, so a policy equal to the SFT model has
+    reward_delta exactly 0 at both, and the first sample of each prompt is the same at any count (keys (i, 0))."""
+    from ablate.config import EvalConfig
+
+    ev = tiny_evaluator(
+        tiny_source,
+        tokenizer,
+        n_heldout=2,
+        eval_cfg=EvalConfig(batch_size=4, samples_per_prompt=3, interim_samples_per_prompt=1),
+    )
+    policy = load_model(tiny_source, torch.device("cpu"))
+    ref = FullReference(FullRefConfig(), ref_ctx)
+    interim, final = ev.evaluate(policy, ref, step=0, final=False), ev.evaluate(policy, ref, step=0, final=True)
+    assert (len(interim.samples), len(final.samples)) == (6, 18) and (interim.final, final.final) == (False, True)
+    assert [s["sample"] for s in final.samples[:6]] == [0, 1, 2, 0, 1, 2]
+    assert [s["prompt"] for s in final.samples[::3]] == ev.prompts == [s["prompt"] for s in interim.samples]
+    assert [s["policy_response"] for s in final.samples[::3]] == [s["policy_response"] for s in interim.samples]
+    for res in (interim, final):
+        assert res.metrics["eval/reward_delta"] == 0.0 and res.metrics["eval/win_rate"] == 0.5
+    assert len(ev.sft_baseline(3)["texts"]) == 18 and ev.sft_baseline(1)["texts"] == ev.sft_baseline(3)["texts"][::3]

@@ -272,8 +272,8 @@ def test_step_0_policy_responses_equal_the_sft_baseline_token_for_token(tiny_sou
     ev = tiny_evaluator(tiny_source, tokenizer, n_heldout=2)
     drawn, sample_as_it_does = [], ev._sample
 
-    def recorded(m, desc):
-        drawn.append((m, sample_as_it_does(m, desc)))
+    def recorded(m, desc, k):
+        drawn.append((m, sample_as_it_does(m, desc, k)))
         return drawn[-1][1]
 
     monkeypatch.setattr(ev, "_sample", recorded)
