@@ -101,7 +101,6 @@ class Evaluator:
         self.cache_root = cache_root
         self.model_fingerprint = model_fingerprint
         self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed; else every load's
-        self.sample_rows = self.rows(eval_cfg.samples_per_prompt)  # at the final evaluation
 
     def samples_per_prompt(self, final: bool) -> int:
         """Coupled samples per prompt: ``eval.samples_per_prompt`` at the final evaluation, the interim count

@@ -129,7 +129,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
         "max_new_tokens": 6,
         "temperature": 1.0,
         "samples_per_prompt": 1,
-        "batch_size": ev.sample_rows,
+        "batch_size": ev.rows(1),
         "seed": ev.seed,
         "precision": "fp32",
         "sampler": "coupled",
