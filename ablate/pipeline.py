@@ -14,11 +14,13 @@ from ablate import callbacks as cbs
 from ablate.algos.registry import Algorithm, algorithm
 from ablate.config import Config
 from ablate.eval.evaluator import Evaluator
+from ablate.eval.fidelity import FidelityProbe
 from ablate.inputs import RunInputs, prepare_from_pairs
 from ablate.models.loading import add_adapter, tokenizer_fingerprint
 from ablate.refs import regime_class
 from ablate.refs.base import Reference
 from ablate.tasks.heldout import heldout_texts
+from ablate.tasks.pair_tokens import pair_batches
 from ablate.tracking import checkpoint
 from ablate.tracking.memory import phase_peak_bytes, reset_phase_peak
 
@@ -37,6 +39,7 @@ def make_evaluator(
     proxy=None,
     cache_root=None,
     model_fingerprint: str | None = None,
+    fidelity=None,
 ):
     """The run's evaluator: it samples and scores in ``eval.precision`` (not the policy's training precision),
     with the sampling seed ``eval.seed`` or, when unset, one derived from the run's ``seed``. With a
@@ -55,6 +58,28 @@ def make_evaluator(
         proxy=proxy,
         cache_root=cache_root,
         model_fingerprint=model_fingerprint,
+        fidelity=fidelity,
+    )
+
+
+def fidelity_probe(cfg: Config, inputs: RunInputs, algo: Algorithm, pairs) -> FidelityProbe:
+    """The fidelity audit's data (:mod:`ablate.eval.fidelity`): a pair-trained algorithm's pairs as its batches
+    (truncated as it truncates them), and the training prompts an online algorithm's first batch is drawn from; the
+    judge is the evaluator's frozen copy."""
+    batches = (
+        pair_batches(inputs.tokenizer, pairs, cfg.algo.batch_size, cfg.algo.max_length) if algo.needs_pairs else None
+    )
+    return FidelityProbe(
+        judge=inputs.frozen_copy(),
+        tokenizer=inputs.tokenizer,
+        algo=cfg.algo,
+        precision=cfg.model.precision,
+        device=inputs.device,
+        pair_batches=batches,
+        prompts=inputs.prompts["train"],
+        reward=inputs.reward,
+        max_new_tokens=cfg.task.max_new_tokens,
+        seed=cfg.seed,
     )
 
 
@@ -85,6 +110,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         proxy=proxy,
         cache_root=inputs.cache_root,
         model_fingerprint=inputs.source.fingerprint,
+        fidelity=fidelity_probe(cfg, inputs, algo, pairs) if cfg.eval.fidelity else None,
     )
     reference = regime_cls(cfg.ref, inputs.ref_context(cfg, policy=policy, pairs=pairs))
     callbacks = cbs.run_callbacks(

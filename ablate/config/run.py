@@ -46,6 +46,8 @@ class EvalConfig:
     sampler: str = "coupled"  # Sampler (ablate.models.sampling): coupled gives the step-0 policy the SFT's responses
     samples_per_prompt: int = 1  # coupled samples per prompt at the final evaluation (keys (prompt, 0..k-1))
     interim_samples_per_prompt: int | None = None  # at step 0 and every `interval` steps; None: samples_per_prompt
+    # audit what the algorithm consumes from its reference at step 0 and at the end (ablate.eval.fidelity)
+    fidelity: bool = True
 
     def __post_init__(self) -> None:
         require_choice("eval.precision", self.precision, Precision)

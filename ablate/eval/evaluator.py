@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ablate.eval import baseline_cache as bc
+from ablate.eval import fidelity as fid
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
 from ablate.models.loading import tokenizer_fingerprint
@@ -80,9 +81,11 @@ class Evaluator:
         proxy=None,
         cache_root: str | Path | None = None,
         model_fingerprint: str | None = None,
+        fidelity=None,
     ):
         """``cache_root``: where the SFT baseline is cached content-addressed (None: sampled every time);
-        ``model_fingerprint``: the judge's weights' fingerprint, part of that cache's key (needed with it)."""
+        ``model_fingerprint``: the judge's weights' fingerprint, part of that cache's key (needed with it);
+        ``fidelity``: a :class:`ablate.eval.fidelity.FidelityProbe`, measured at step 0 and at the final evaluation."""
         if cache_root is not None and model_fingerprint is None:
             raise ValueError("caching the SFT baseline needs the judge's model_fingerprint")
         self.judge = freeze(judge)
@@ -101,6 +104,7 @@ class Evaluator:
         self.cache_root = cache_root
         self.model_fingerprint = model_fingerprint
         self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed; else every load's
+        self.fidelity = fidelity
 
     def samples_per_prompt(self, final: bool) -> int:
         """Coupled samples per prompt: ``eval.samples_per_prompt`` at the final evaluation, the interim count
@@ -286,6 +290,18 @@ class Evaluator:
             **{f"kl/{k}": errors[k] for k in LOGP_KEYS},
         }
 
+    def _fidelity(self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit) -> dict:
+        """The fidelity audit's ``kl/*`` metrics (:mod:`ablate.eval.fidelity`) at step 0 and at the final evaluation
+        (none in between); its NaN reasons go with the evaluation's."""
+        if not (step == 0 or final):
+            return {}
+        if self.fidelity is None:
+            audit.reasons.update(dict.fromkeys(fid.KEYS, "not measured (eval.fidelity=false)"))
+            return {fid.logged_name(k): float("nan") for k in fid.KEYS}
+        metrics, why = self.fidelity.measure(policy, reference, fresh)
+        audit.reasons.update(why)
+        return metrics
+
     def evaluate(self, policy, reference: Reference, step: int, final: bool = True) -> EvalResult:
         """Sample the policy (:meth:`samples_per_prompt` of ``final``), audit it and score it against the SFT
         baseline drawn with the same keys."""
@@ -296,12 +312,15 @@ class Evaluator:
         policy.eval()
         audit = _Audit()
         texts: list[str] = []
+        chunks: list[SampledBatch] = []
         try:
             for sampled in self._sample(policy, f"eval@{step}: sampling", k):
                 texts += sampled.texts
-                for sb in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
-                    self._audit_batch(policy, reference, sb, audit)
+                chunks += sampled.chunks(self.cfg.batch_size)  # the audit holds [rows, T, V] logits three times
+            for sb in chunks:
+                self._audit_batch(policy, reference, sb, audit)
             ppl = self.perplexity(policy)
+            fidelity = self._fidelity(policy, reference, chunks, step, final, audit)
         finally:
             policy.train(was_training)
 
@@ -334,6 +353,7 @@ class Evaluator:
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),
             "eval/unsafe_rate_sft": mm.mean([float(p >= self.safety.threshold) for p in sft["unsafe"]]),
             **self._kl_metrics(audit),
+            **fidelity,
         }
         approx = ps["kl_approx"] if "kl_approx" not in reasons else [float("nan")] * len(texts)
         samples = [

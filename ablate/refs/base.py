@@ -144,6 +144,18 @@ class Reference(ABC):
         """[B] summed reference log-probs of each response."""
         return self.logprobs(batch).sum(dim=1)
 
+    def training_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """What :meth:`logprobs` hands training (the policy's precision; an uncovered row all NaN), for the fidelity
+        audit (:mod:`ablate.eval.fidelity`): not timed, and not counted in the regime's own statistics."""
+        from ablate.models.precision import autocast
+
+        with autocast(self.ctx.device, self.ctx.precision):
+            return self._uncounted_logprobs(batch)
+
+    def _uncounted_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """:meth:`_logprobs` without touching the regime's usage statistics (a cache's hit rate overrides this)."""
+        return self._logprobs(batch)
+
     def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Like :meth:`logprobs`, for the evaluator's audit: in the caller's precision, not counted as cost."""
         return self._logprobs(batch)

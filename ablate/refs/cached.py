@@ -219,6 +219,9 @@ class CachedReference(Reference):
             self._update_bytes()
         return self._fallback
 
+    def _uncounted_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return self._logprobs(batch, count=False)
+
     def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         if self.cfg.miss != "fallback":
             _, missing = self._lookup(batch)

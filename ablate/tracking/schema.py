@@ -124,6 +124,33 @@ METRICS: list[Metric] = [
     Metric("logp_max_err", "kl/logp_max_err", "nats per token", "lower",
            "largest absolute per-token log-prob error",
            step0=True),
+    # fidelity of what the algorithm consumes (ablate.eval.fidelity): truth = the full reference in fp32
+    Metric("margin_err_mean", "kl/margin_err_mean", "nats", None,
+           "DPO: mean signed error of the regime's reference margin log ref(y_w) - log ref(y_l), as training receives "
+           "it, against the full reference in fp32, over the training pairs",
+           step0=True, label="margin err."),
+    Metric("margin_err_sd", "kl/margin_err_sd", "nats", "lower",
+           "DPO: standard deviation of that margin error over the training pairs",
+           step0=True, label="margin err. sd"),
+    Metric("margin_err_max", "kl/margin_err_max", "nats", "lower",
+           "DPO: largest absolute margin error over the training pairs",
+           step0=True, label="margin err. max"),
+    Metric("dpo_loss", "kl/dpo_loss", "nats", None,
+           "DPO: the sigmoid DPO loss of the first batch of training pairs under the regime; at step 0 ln 2 = 0.6931 "
+           "when the regime equals the policy",
+           step0=True, label="DPO loss"),
+    Metric("kl_penalty_err_mean", "kl/penalty_err_mean", "nats per token", None,
+           "GRPO/PPO: mean signed error of the per-token KL penalty with the run's estimator, the regime's against the "
+           "full reference's in fp32, on the policy's fresh evaluation samples (a row without a reference term: 0)",
+           step0=True, label="penalty err."),
+    Metric("kl_penalty_err_sd", "kl/penalty_err_sd", "nats per token", "lower",
+           "GRPO/PPO: standard deviation of that per-token penalty error",
+           step0=True, label="penalty err. sd"),
+    Metric("grad_cos", "kl/grad_cos", "cosine", "higher",
+           "cosine between the first batch's loss gradient under the regime and under the full reference in fp32 "
+           "(same batch, same weights; DPO: sigmoid loss on its first training pairs; GRPO/PPO: the policy loss on "
+           "fresh samples of the first training prompts, gold reward, PPO without its critic); 1 when exact",
+           step0=True, label="grad. cosine"),
     Metric("ppl", "eval/ppl", "perplexity", "lower",
            "perplexity of the policy on held-out plain text",
            required=True, compared=True, label="perplexity"),

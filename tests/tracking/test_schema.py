@@ -49,6 +49,13 @@ def test_the_schema_reproduces_the_summary_layout():
         "logp_mae",
         "logp_rmse",
         "logp_max_err",
+        "margin_err_mean",
+        "margin_err_sd",
+        "margin_err_max",
+        "dpo_loss",
+        "kl_penalty_err_mean",
+        "kl_penalty_err_sd",
+        "grad_cos",
         "truncation_rate",
     )
     assert list(SUMMARY_FROM_METRICS)[:3] == ["win_rate", "win_rate_lo", "win_rate_hi"]

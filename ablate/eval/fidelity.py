@@ -1,0 +1,264 @@
+"""Fidelity of what each algorithm consumes from its reference, against the truth, at step 0 and at the end.
+
+An algorithm never sees the reference's distribution, only a few numbers computed from it, so the audit measures
+those numbers (``kl/*`` logged, summary keys without the prefix):
+
+- DPO, on its training pairs: the reference's sequence log-prob margin ``log ref(y_w) - log ref(y_l)``; its
+  error against the truth, ``margin_err_mean`` (signed), ``margin_err_sd``, ``margin_err_max`` (largest |error|);
+  ``dpo_loss``, the DPO loss of the first batch under the regime (``ln 2`` at step 0 when the regime is exact).
+- GRPO and PPO, on fresh policy samples (the evaluation's): the per-token KL penalty with the run's estimator,
+  ``kl(log pi, log ref)``, and its error against the same penalty with the true reference, ``kl_penalty_err_mean``
+  and ``kl_penalty_err_sd`` (over tokens). A row the regime has no term for (``ref=cached``, ``miss=skip``) enters
+  as training uses it: a zero penalty.
+- Every algorithm: ``grad_cos``, the cosine between the gradient of the first batch's loss under the regime and under
+  the true reference (same batch, same weights; :mod:`ablate.algos.first_step_losses`). DPO's first batch is its
+  first ``algo.batch_size`` training pairs; GRPO's and PPO's a batch of fresh samples of the first training prompts,
+  drawn as the trainer draws them (coupled, in the training precision), scored by the gold reward.
+
+**The truth** is the full reference in fp32: the judge's log-probs through the same fused head training uses, in
+fp32 (float64 from there on). The regime's values are what training receives (in the policy's precision,
+:meth:`~ablate.refs.base.Reference.training_logprobs`), so ``ref=full`` in a bf16 run has a small error of its own:
+the precision's zero line, reported like any regime; in an fp32 run it is exactly 0 (and ``grad_cos`` exactly 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ablate.algos import first_step_losses as losses
+from ablate.algos.kl_estimators import kl_penalty
+from ablate.models.logprobs import add_logprob_head, response_labels, token_logprobs
+from ablate.models.precision import autocast, unwrapped_forward
+from ablate.models.sampling import SampledBatch, sample
+from ablate.refs.base import Reference, TokenBatch, fill_uncovered
+
+NAN = float("nan")
+MARGIN_KEYS = ("margin_err_mean", "margin_err_sd", "margin_err_max", "dpo_loss")
+PENALTY_KEYS = ("kl_penalty_err_mean", "kl_penalty_err_sd")
+KEYS = (*MARGIN_KEYS, *PENALTY_KEYS, "grad_cos")
+
+
+@dataclass
+class FidelityProbe:
+    """What the fidelity audit needs besides the policy and the regime: the judge (the full reference, fp32), the
+    algorithm's settings, and its data (DPO: the training pairs as DPO's batches; online: the training prompts)."""
+
+    judge: torch.nn.Module
+    tokenizer: object
+    algo: object  # cfg.algo
+    precision: str  # the policy's training precision
+    device: torch.device
+    pair_batches: list[TokenBatch] | None = None  # DPO: algo.batch_size pairs each, [chosen; rejected]
+    prompts: list[str] | None = None  # GRPO/PPO: the training prompts (the first batch's come first)
+    reward: object = None  # GRPO/PPO: the gold reward, texts -> scores
+    max_new_tokens: int = 48
+    seed: int = 0
+    _true_margins: torch.Tensor | None = field(default=None, repr=False)  # the judge is frozen: computed once
+
+    # ------------------------------------------------------------------------------------------------ truth
+    def truth(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1] float64 log-probs of the response tokens under the full reference in fp32 (no autocast)."""
+        add_logprob_head(self.judge)
+        return token_logprobs(self.judge, batch.to(self.device)).double()
+
+    def regime(self, reference: Reference, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1] float64: the regime's log-probs as training receives them (uncovered rows all NaN)."""
+        return reference.training_logprobs(batch.to(self.device)).double()
+
+    # -------------------------------------------------------------------------------------------- measures
+    def measure(self, policy, reference: Reference, fresh: list[SampledBatch] = ()) -> tuple[dict, dict]:
+        """``kl/*`` fidelity metrics (NaN where undefined) and why each NaN is NaN. ``fresh``: the evaluation's
+        policy samples, for the per-token penalty of GRPO and PPO."""
+        out, why = dict.fromkeys(KEYS, NAN), {}
+        if not reference.has_reference:
+            why.update(dict.fromkeys(KEYS, f"ref={reference.name} trains without a reference: nothing to audit"))
+            return _logged(out), why
+        dpo = self.algo.name == "dpo"
+        if dpo:
+            why.update(dict.fromkeys(PENALTY_KEYS, "DPO consumes no per-token KL penalty"))
+            if self.algo.loss_type != "sigmoid":
+                why.update(dict.fromkeys(("dpo_loss", "grad_cos"), "audited for algo.loss_type=sigmoid only"))
+        else:
+            why.update(dict.fromkeys(MARGIN_KEYS[:3], f"{self.algo.name} consumes no reference margin"))
+            why["dpo_loss"] = f"{self.algo.name} does not train on the DPO loss"
+        try:
+            if dpo:
+                out.update(self.margin_errors(reference))
+                out.update(self.dpo_first_batch(policy, reference))
+            else:
+                out.update(self.penalty_errors(policy, reference, fresh))
+                out["grad_cos"] = self.online_grad_cos(policy, reference)
+        except (NotImplementedError, RuntimeError) as e:  # e.g. ref=cached, miss=error, on fresh samples
+            why.update({k: f"ref={reference.name}: {e}" for k, v in out.items() if math.isnan(v)})
+        for k, v in out.items():
+            if math.isnan(v):
+                why.setdefault(k, "undefined on this batch (no response tokens, or a constant reward)")
+        return _logged(out), why
+
+    def margin_errors(self, reference: Reference) -> dict[str, float]:
+        """The regime's sequence margins on every training pair against the true ones."""
+        if not self.pair_batches:
+            return {}
+        if self._true_margins is None:
+            self._true_margins = torch.cat([_margins(self.truth(b)) for b in self.pair_batches])
+        err = torch.cat([_margins(self.regime(reference, b)) for b in self.pair_batches]) - self._true_margins
+        return {
+            "margin_err_mean": float(err.mean()),
+            "margin_err_sd": float(err.std()) if err.numel() > 1 else NAN,
+            "margin_err_max": float(err.abs().max()),
+        }
+
+    def dpo_first_batch(self, policy, reference: Reference) -> dict[str, float]:
+        """The DPO loss of the first batch under the regime, and its gradient's cosine with the exact one's."""
+        if self.algo.loss_type != "sigmoid":
+            return {}
+        batch = self.pair_batches[0].to(self.device)
+        ref_w, ref_l = self.regime(reference, batch).sum(1).chunk(2)
+        true_w, true_l = self.truth(batch).sum(1).chunk(2)
+
+        def loss(rw, rl):
+            def f():
+                pol_w, pol_l = _policy_logprobs(policy, batch, self.precision).double().sum(1).chunk(2)
+                return losses.dpo_sigmoid_loss(pol_w, pol_l, rw, rl, self.algo.beta)
+
+            return f
+
+        value, cos = _grad_cos(policy, loss(ref_w, ref_l), loss(true_w, true_l))
+        return {"dpo_loss": value, "grad_cos": cos}
+
+    def penalty_errors(self, policy, reference: Reference, fresh: list[SampledBatch]) -> dict[str, float]:
+        """Per-token penalty error over the fresh samples' response tokens (the policy's log-probs as training
+        computes them, the same in both penalties)."""
+        errs = []
+        for sb in fresh:
+            batch = sb.batch.to(self.device)
+            mask = batch.target_mask
+            with torch.no_grad():
+                lp = _policy_logprobs(policy, batch, self.precision).double()
+            ref = fill_uncovered(self.regime(reference, batch), lp)
+            est = self.algo.kl_estimator
+            errs.append((kl_penalty(lp, ref, est) - kl_penalty(lp, self.truth(batch), est))[mask])
+        if not errs:
+            return {}
+        e = torch.cat(errs)
+        return {"kl_penalty_err_mean": float(e.mean()), "kl_penalty_err_sd": float(e.std()) if e.numel() > 1 else NAN}
+
+    def first_online_batch(self, policy) -> tuple[TokenBatch, torch.Tensor]:
+        """GRPO's or PPO's first batch: fresh samples of the first training prompts (GRPO: ``batch_size /
+        num_generations`` prompts, ``num_generations`` each; PPO: ``batch_size`` prompts, one each), and their
+        gold rewards."""
+        a = self.algo
+        k = getattr(a, "num_generations", 1)
+        prompts = self.prompts[: a.batch_size // k]
+        with unwrapped_forward(policy):
+            (sb,) = sample(
+                policy,
+                self.tokenizer,
+                prompts,
+                max_new_tokens=self.max_new_tokens,
+                temperature=1.0,
+                batch_size=len(prompts) * k,
+                seed=self.seed,
+                precision=self.precision,
+                n_per_prompt=k,
+            )
+        return sb.batch.to(self.device), torch.tensor(self.reward(sb.texts), dtype=torch.float64, device=self.device)
+
+    def online_grad_cos(self, policy, reference: Reference) -> float:
+        """The cosine between GRPO's (or PPO's) first-step policy-loss gradients under the regime and the truth."""
+        batch, rewards = self.first_online_batch(policy)
+        mask = batch.target_mask.double()
+        a = self.algo
+
+        def loss(ref):
+            def f():
+                lp = _policy_logprobs(policy, batch, self.precision).double()
+                r = fill_uncovered(ref, lp)
+                if a.name == "grpo":
+                    return losses.grpo_loss(
+                        lp, r, mask, rewards, group_size=a.num_generations, beta=a.beta, estimator=a.kl_estimator
+                    )
+                return losses.ppo_policy_loss(
+                    lp, r, mask, rewards, beta=a.beta, estimator=a.kl_estimator, gamma=a.gamma, lam=a.lam,
+                    whiten=a.whiten_advantages, cliprange=a.cliprange,
+                )  # fmt: skip
+
+            return f
+
+        _, cos = _grad_cos(policy, loss(self.regime(reference, batch)), loss(self.truth(batch)))
+        return cos
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def logged_name(key: str) -> str:
+    """The ``kl/...`` name a fidelity summary key is logged under (``kl_penalty_err_mean``: ``kl/penalty_err_mean``)."""
+    return "kl/" + key.removeprefix("kl_")
+
+
+def _logged(values: dict[str, float]) -> dict[str, float]:
+    return {logged_name(k): v for k, v in values.items()}
+
+
+def _margins(token_logprobs: torch.Tensor) -> torch.Tensor:
+    """[B] chosen-minus-rejected sequence log-prob margins of a DPO batch ([chosen; rejected] rows)."""
+    chosen, rejected = token_logprobs.sum(1).chunk(2)
+    return chosen - rejected
+
+
+def _policy_logprobs(policy, batch: TokenBatch, precision: str) -> torch.Tensor:
+    """[B, T-1] the policy's log-probs of the response tokens as training computes them (the fused head, in the
+    training precision), with the gradient when it is enabled."""
+    from ablate.algos import trl_fence
+
+    with unwrapped_forward(policy), autocast(batch.input_ids.device, precision):
+        # the head sits on the base model under a peft adapter; a TRL trainer's own (below Accelerate's wrapper) is kept
+        add_logprob_head(policy.get_base_model() if hasattr(policy, "get_base_model") else policy)
+        lp = trl_fence.fused_logprobs(policy, batch.input_ids, batch.attention_mask, response_labels(batch))
+    return lp.float()
+
+
+def _trainable(policy) -> list[torch.nn.Parameter]:
+    return [p for p in policy.parameters() if p.requires_grad]
+
+
+def _gradient(policy, loss_fn, keep: bool, reader=None) -> tuple[float, list[torch.Tensor]]:
+    """The loss's value and (``keep``) a copy of its gradient over the trainable parameters; ``reader(params)`` reads
+    the gradient in place first. The policy's own ``.grad`` is left as found."""
+    params = _trainable(policy)
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    was_training = policy.training
+    policy.eval()  # no dropout: the two gradients differ only by the reference
+    try:
+        with torch.enable_grad():
+            loss = loss_fn()
+            loss.backward()
+        if reader is not None:
+            reader(params)
+        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params] if keep else []
+    finally:
+        for p, g in zip(params, saved, strict=True):
+            p.grad = g
+        policy.train(was_training)
+    return float(loss.detach()), grads
+
+
+def _grad_cos(policy, regime_loss, true_loss) -> tuple[float, float]:
+    """(the regime's loss value, cosine of its gradient with the true loss's), the cosine in float64. One gradient
+    is held as a copy while the other is read in place, parameter by parameter."""
+    value, g1 = _gradient(policy, regime_loss, keep=True)
+    dot = n1 = n2 = 0.0
+
+    def read(params):
+        nonlocal dot, n1, n2
+        for a, p in zip(g1, params, strict=True):
+            b = p.grad.double() if p.grad is not None else torch.zeros_like(a, dtype=torch.float64)
+            a = a.double()
+            dot, n1, n2 = dot + float((a * b).sum()), n1 + float(a.pow(2).sum()), n2 + float(b.pow(2).sum())
+
+    _gradient(policy, true_loss, keep=False, reader=read)
+    return value, dot / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else NAN
