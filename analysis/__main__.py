@@ -3,6 +3,7 @@
 python -m analysis report runs/sweeps/regimes [more folders] --out reports/<name>
 python -m analysis report --wandb-offline runs/sweeps/regimes --out reports/<name>
 python -m analysis report --wandb <entity/project> --group <group> --out reports/<name>
+python -m analysis report runs/sweeps/regimes --out reports/<name> --margin reward_delta=0.05 --margin kl_true=10%
 """
 
 from __future__ import annotations
@@ -26,10 +27,32 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
     r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
     r.add_argument("--group", default=None, help="the W&B group (the sweep) with --wandb")
+    s = r.add_argument_group("statistics (the resolved values are printed in the report)")
+    s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
+    s.add_argument(
+        "--margin",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="an equivalence margin, absolute (reward_delta=0.05) or relative to the baseline's mean (kl_true=10%%); "
+        "repeatable; defaults: reward_delta=0.05, win_rate=0.05, kl_true=10%%",
+    )
+    s.add_argument("--alpha", type=float, default=0.05, help="difference: 1-alpha interval; TOST: 1-2 alpha (0.05)")
+    s.add_argument("--null-control", default="cached", help="the regime that must come out equivalent (cached)")
+    s.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (2000)")
+    s.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's seed (0)")
     args = parser.parse_args(argv)
 
     from analysis import load
     from analysis.report import write_report
+    from analysis.report_config import build_config
+
+    try:
+        config = build_config(
+            args.margin, args.primary, args.alpha, args.baseline, args.null_control, args.boot, args.boot_seed
+        )
+    except ValueError as e:
+        parser.error(str(e))
 
     try:
         if args.wandb:
@@ -51,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         notes = (args.out / "notes.md").read_text()
     command = "python -m analysis " + " ".join(shlex.quote(a) for a in argv)
     title = args.title or f"Reference regimes: {', '.join(str(f) for f in args.folders) or args.group}"
-    report = write_report(data, args.out, command=command, title=title, baseline=args.baseline, notes=notes)
+    report = write_report(data, args.out, command=command, title=title, notes=notes, config=config)
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
     return 0

@@ -1,5 +1,7 @@
 """The report's figures (matplotlib, files only). Every function takes the loaded frames, writes one PNG
-and returns its path; curves are means over seeds at each evaluation step, one colour per regime."""
+and returns its path; curves are means over seeds at each evaluation step with a shaded band from the
+lowest to the highest seed. ``colors`` (from :func:`regime_colors` over every regime of the report) gives a
+regime the same colour in every figure; without it a figure colours only the regimes it draws."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its los
 
 
 def regime_colors(regimes) -> dict[str, tuple]:
+    """One colour per regime, in the canonical order (pass every regime of a report: same colour everywhere)."""
     cmap = plt.get_cmap("tab10")
     ordered = [r for r in REGIME_ORDER if r in set(regimes)] + sorted(set(regimes) - set(REGIME_ORDER))
     return {r: cmap(i % 10) for i, r in enumerate(ordered)}
@@ -47,25 +50,62 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _colors(colors: dict | None, regimes) -> dict:
+    return colors if colors is not None else regime_colors(regimes)
+
+
+def _seed_stats(rows: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per (regime, step): each column's mean over seeds as ``<col>``, its lowest and highest seed as
+    ``<col>_min`` and ``<col>_max``."""
+    have = [c for c in cols if c in rows]
+    g = rows.groupby(["regime", "step"])[have]
+    mean, lo, hi = g.mean(numeric_only=True), g.min(numeric_only=True), g.max(numeric_only=True)
+    return pd.concat([mean, lo.add_suffix("_min"), hi.add_suffix("_max")], axis=1).reset_index()
+
+
 def _eval_means(curves: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Per (regime, step): the mean over seeds of each column, on evaluation rows only."""
-    have = [c for c in cols if c in curves]
+    """:func:`_seed_stats` on evaluation rows only."""
     ev = curves[curves[KL_TRUE].notna()] if KL_TRUE in curves else curves.iloc[0:0]
-    return ev.groupby(["regime", "step"], as_index=False)[have].mean(numeric_only=True)
+    return _seed_stats(ev, cols)
 
 
-def frontier(curves: pd.DataFrame, path: Path) -> Path:
-    """Gold reward and win rate against the true KL over training (the DPO paper's frontier)."""
+def _band(ax, g: pd.DataFrame, col: str, color, x: str = "step") -> None:
+    """Shade the seeds' range of ``col`` (``<col>_min`` to ``<col>_max``) around its mean curve."""
+    if f"{col}_min" in g:
+        ax.fill_between(g[x], g[f"{col}_min"], g[f"{col}_max"], color=color, alpha=0.2, lw=0)
+
+
+def _spread(g: pd.DataFrame, col: str) -> np.ndarray:
+    """[below, above] the mean to the seeds' range, for error bars (rounding of the mean never below 0)."""
+    mid = g[col].to_numpy(dtype=float)
+    err = [mid - g[f"{col}_min"].to_numpy(dtype=float), g[f"{col}_max"].to_numpy(dtype=float) - mid]
+    return np.clip(np.nan_to_num(np.asarray(err)), 0, None)
+
+
+def frontier(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
+    """Gold reward and win rate against the true KL over training (the DPO paper's frontier); error bars span
+    the seeds in both directions."""
     m = _eval_means(curves, [KL_TRUE, REWARD_GOLD, WIN_RATE])
-    colors = regime_colors(m["regime"])
+    colors = _colors(colors, m["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, y, label in (
         (axes[0], REWARD_GOLD, "gold reward (VADER compound, mean)"),
         (axes[1], WIN_RATE, "win rate against the SFT model"),
     ):
-        for r in ordered(m["regime"]):
+        for r in ordered(m["regime"]) if y in m else []:  # a curve not logged: an empty panel
             g = m[m["regime"] == r].sort_values("step")
-            ax.plot(g[KL_TRUE], g[y], "-o", color=colors[r], label=r, ms=4)
+            ax.errorbar(
+                g[KL_TRUE],
+                g[y],
+                xerr=_spread(g, KL_TRUE),
+                yerr=_spread(g, y),
+                fmt="-o",
+                color=colors[r],
+                label=r,
+                ms=4,
+                elinewidth=0.8,
+                capsize=2,
+            )
         ax.set_xlabel("true KL to the full reference (nats per response)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -76,10 +116,11 @@ def frontier(curves: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def kl_error(runs: pd.DataFrame, path: Path) -> Path:
-    """True KL vs the stand-in divergence per run at the end, and their absolute difference at step 0 and at the end."""
+def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
+    """True KL vs the stand-in divergence per run at the end, and their absolute difference at step 0 and at the
+    end (bars: mean over seeds, error bars: the seeds' range)."""
     done = runs[runs["status"] == "finished"]
-    colors = regime_colors(done["regime"])
+    colors = _colors(colors, done["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     both = done[["kl_true", "kl_approx"]].astype(float)
@@ -106,10 +147,18 @@ def kl_error(runs: pd.DataFrame, path: Path) -> Path:
     for off, col, label in ((-0.2, "kl_abs_err_step0", "step 0"), (0.2, "kl_abs_err", "end")):
         if col not in done:
             continue
-        means = [done[done["regime"] == r][col].astype(float).mean() for r in regs]
+        vals = [done[done["regime"] == r][col].astype(float) for r in regs]
+        means = np.array([v.mean() for v in vals])
+        spread = np.clip(
+            np.nan_to_num([[m - v.min() for m, v in zip(means, vals)], [v.max() - m for m, v in zip(means, vals)]]),
+            0,
+            None,
+        )
         ax.bar(
             x + off,
             means,
+            yerr=spread,
+            capsize=2,
             width=0.4,
             label=label,
             color=[colors[r] for r in regs],
@@ -135,10 +184,10 @@ def _pareto_front(xs, ys) -> list[int]:
     return front
 
 
-def pareto(agg: pd.DataFrame, path: Path) -> Path:
+def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
     """Cost (reference bytes, reference time per step) against fidelity (|stand-in divergence - true KL| at the end)."""
     a = agg[agg["kl_abs_err_mean"].notna()].reset_index(drop=True)
-    colors = regime_colors(a["regime"])
+    colors = _colors(colors, a["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, col, scale, label in (
         (axes[0], "ref_bytes", MIB, "reference memory held (MiB)"),
@@ -166,15 +215,16 @@ def pareto(agg: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def training(curves: pd.DataFrame, path: Path) -> Path:
-    """Training loss per step and true KL per evaluation, per regime."""
-    colors = regime_colors(curves["regime"])
+def training(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
+    """Training loss per step and true KL per evaluation, per regime (mean over seeds, band: the seeds' range)."""
+    colors = _colors(colors, curves["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     if TRAIN_LOSS in curves:
-        tr = curves[curves[TRAIN_LOSS].notna()].groupby(["regime", "step"], as_index=False)[TRAIN_LOSS].mean()
+        tr = _seed_stats(curves[curves[TRAIN_LOSS].notna()], [TRAIN_LOSS])
         for r in ordered(tr["regime"]):
-            g = tr[tr["regime"] == r]
+            g = tr[tr["regime"] == r].sort_values("step")
             axes[0].plot(g["step"], g[TRAIN_LOSS], color=colors[r], label=r)
+            _band(axes[0], g, TRAIN_LOSS, colors[r])
     axes[0].set_xlabel("optimiser step")
     axes[0].set_ylabel("training loss (mean over seeds)")
     axes[0].set_title("training loss")
@@ -183,6 +233,7 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
     for r in ordered(m["regime"]):
         g = m[m["regime"] == r].sort_values("step")
         axes[1].plot(g["step"], g[KL_TRUE], "-o", color=colors[r], ms=4, label=f"{r}")
+        _band(axes[1], g, KL_TRUE, colors[r])
         if KL_APPROX in g and g[KL_APPROX].notna().any():
             axes[1].plot(g["step"], g[KL_APPROX], ":", color=colors[r])
     axes[1].set_yscale("symlog", linthresh=1e-2)
@@ -194,8 +245,8 @@ def training(curves: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def drift(curves: pd.DataFrame, path: Path) -> Path:
-    """Length, repetition, unsafe rate and perplexity over training."""
+def drift(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
+    """Length, repetition, unsafe rate and perplexity over training (mean over seeds, band: the seeds' range)."""
     panels = [
         (LENGTH, "response length (tokens)"),
         (REP_2, "repeated bigram fraction"),
@@ -203,16 +254,18 @@ def drift(curves: pd.DataFrame, path: Path) -> Path:
         (PPL, "held-out perplexity"),
     ]
     m = _eval_means(curves, [c for c, _ in panels])
-    colors = regime_colors(m["regime"])
+    colors = _colors(colors, m["regime"])
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for ax, (col, label) in zip(axes.flat, panels):
         if col in m:
             for r in ordered(m["regime"]):
                 g = m[m["regime"] == r].sort_values("step")
                 ax.plot(g["step"], g[col], "-o", color=colors[r], ms=3, label=r)
+                _band(ax, g, col, colors[r])
         ax.set_xlabel("optimiser step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, ncol=2)
-    fig.suptitle("behaviour drift over training (mean over seeds)")
+    if axes[0, 0].get_legend_handles_labels()[0]:
+        axes[0, 0].legend(fontsize=7, ncol=2)
+    fig.suptitle("behaviour drift over training (mean over seeds; band: lowest to highest seed)")
     return _save(fig, path)

@@ -13,7 +13,14 @@ import pandas as pd
 from ablate.tracking import schema
 from ablate.tracking.run_dir import load_summary
 from analysis import figures
+from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs
+from analysis.markdown import md_table, span
+from analysis.markdown import num as _num
+from analysis.report_config import ReportConfig
+from analysis.report_figures import figure_lines, make_figures
+from analysis.report_verdicts import condition_sections, null_control_lines, statistics_lines, verdict_findings
+from analysis.samples import prompt_frame
 from analysis.stats import aggregate, paired_vs_baseline
 
 
@@ -27,34 +34,10 @@ FIDELITY = table("fidelity")
 BEHAVIOUR = table("behaviour")
 
 
-def _num(x: float) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    if x == 0:
-        return "0"
-    a = abs(x)
-    if a >= 1000:
-        return f"{x:,.0f}"
-    if a >= 0.01:
-        return f"{x:.3g}" if a < 100 else f"{x:.1f}"
-    return f"{x:.2e}"
-
-
 def cell(row: pd.Series, col: str, scale: float = 1.0) -> str:
     """``mean [lo, hi]`` over seeds; ``n/a`` with no data; the mean alone with one seed."""
-    mean = row.get(f"{col}_mean", math.nan) / scale
-    if not math.isfinite(mean):
-        return "n/a"
-    lo, hi = row.get(f"{col}_lo", math.nan) / scale, row.get(f"{col}_hi", math.nan) / scale
-    if math.isfinite(lo) and hi - lo > 1e-12 * max(1.0, abs(mean)):
-        return f"{_num(mean)} [{_num(lo)}, {_num(hi)}]"
-    return _num(mean)
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
+    mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
+    return span(mean, lo, hi)
 
 
 def latex_table(agg: pd.DataFrame, caption: str) -> str:
@@ -76,7 +59,7 @@ def latex_table(agg: pd.DataFrame, caption: str) -> str:
             if not math.isfinite(mean):
                 cells.append("--")
             elif math.isfinite(lo):
-                cells.append(f"{_num(mean)} $\\pm$ {_num((hi - lo) / 2)}")
+                cells.append(f"{_num(mean)} [{_num(lo)}, {_num(hi)}]")
             else:
                 cells.append(_num(mean))
         lines.append(f"{esc(str(row['condition']))} & {esc(str(row['regime']))} & " + " & ".join(cells) + r" \\")
@@ -91,6 +74,7 @@ def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
         agg.assign(_o=agg["regime"].map(key))
         .sort_values(["condition", "_o", "regime"], kind="stable")
         .drop(columns="_o")
+        .copy()  # consolidated (dropping a column leaves a fragmented frame)
     )
 
 
@@ -108,8 +92,8 @@ def _provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     return {"commits": commits, "versions": versions, "hardware": hardware}
 
 
-def findings(cmp: pd.DataFrame, agg: pd.DataFrame, baseline: str) -> list[str]:
-    """Plain statements the numbers support, each with its n and test."""
+def findings(agg: pd.DataFrame, baseline: str) -> list[str]:
+    """Plain statements on the stand-in divergence, each with its n (the verdicts have their own)."""
     out = []
     for _, row in _ordered(agg).iterrows():
         e0, e1 = row.get("kl_abs_err_step0_mean", math.nan), row.get("kl_abs_err_mean", math.nan)
@@ -119,33 +103,72 @@ def findings(cmp: pd.DataFrame, agg: pd.DataFrame, baseline: str) -> list[str]:
                 f"{_num(e0)} nats at step 0 and {cell(row, 'kl_abs_err')} at the end "
                 f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seeds)."
             )
-    for _, r in cmp.iterrows():
-        if r["note"] == "differs":
-            out.append(
-                f"`{r['regime']}` vs `{baseline}` ({r['condition']}), {r['metric']}: difference "
-                f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}], paired t-test over "
-                f"{r['n_pairs']} seeds, Holm-adjusted p = {_num(r['p_holm'])}, d_z = {_num(r['d_z'])}."
-            )
-    n_none = int((cmp["note"] == "no evidence of a difference").sum()) if len(cmp) else 0
-    if n_none:
-        out.append(
-            f"{n_none} of {len(cmp)} regime-vs-`{baseline}` comparisons show no evidence of a difference "
-            f"(Holm-adjusted p >= 0.05): with this few seeds only large effects could show; "
-            f"absence of evidence is not evidence of absence."
-        )
     return out
 
 
+def _problems_table(data: Runs) -> list[str]:
+    """Every run that did not finish, with its status and reason: listed, never dropped."""
+    lines = ["## Runs not finished", ""]
+    bad = data.problems()
+    if not len(bad):
+        return lines + ["None: every job finished.", ""]
+    rows = [
+        [str(r["status"]), f"`{r['job']}`", str(r.get("regime", "")), str(r.get("seed", "")), str(r["reason"])[:200]]
+        for _, r in bad.iterrows()
+    ]
+    return lines + [md_table(["status", "job", "regime", "seed", "reason"], rows), ""]
+
+
+def _seed_t_table(c: pd.DataFrame, baseline: str) -> str:
+    """The seed-level paired t-tests (kept beside the verdicts, which come from the bootstrap intervals)."""
+    return md_table(
+        ["regime", "metric", "n", "difference [95% CI]", "p (Holm)", "d_z", "t-test"],
+        [
+            [
+                f"`{r['regime']}`",
+                r["metric"],
+                str(r["n_pairs"]),
+                f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}]",
+                _num(r["p_holm"]),
+                _num(r["d_z"]),
+                r["note"],
+            ]
+            for _, r in c.iterrows()
+        ],
+    )
+
+
 def write_report(
-    data: Runs, out: Path, command: str, title: str, baseline: str = "full", notes: str | None = None
+    data: Runs,
+    out: Path,
+    command: str,
+    title: str,
+    baseline: str = "full",
+    notes: str | None = None,
+    config: ReportConfig | None = None,
 ) -> Path:
+    """Write ``report.md``, ``summary.csv``, ``equivalence.csv``, ``primary.csv``, ``comparisons.csv``,
+    ``table.tex`` and ``figures/`` under ``out``; ``config`` (default: its defaults with ``baseline``) sets the
+    primary metric, margins, alpha and bootstrap."""
     from ablate.tracking.provenance import git_commit
 
+    cfg = config or ReportConfig(baseline=baseline)
+    baseline = cfg.baseline
     out.mkdir(parents=True, exist_ok=True)
     runs = data.runs
-    agg = _ordered(aggregate(runs, schema.report_columns()))
+    agg = _ordered(aggregate(runs, schema.report_columns(), seed=cfg.seed))
     agg.to_csv(out / "summary.csv", index=False)
-    (out / "table.tex").write_text(latex_table(agg, f"{title}: mean over seeds with 95% t-interval half-widths."))
+    (out / "table.tex").write_text(
+        latex_table(agg, f"{title}: mean over seeds [95% interval; positive quantities: geometric mean, log-scale t].")
+    )
+    prompts = prompt_frame(runs)
+    eq, own = (
+        _ordered(f) if len(f) else f for f in (compare(runs, prompts, cfg), regime_intervals(runs, prompts, cfg))
+    )
+    if len(eq):
+        eq.to_csv(out / "equivalence.csv", index=False)
+    if len(own):
+        own.to_csv(out / "primary.csv", index=False)
     cmp = (
         pd.concat(
             [paired_vs_baseline(runs, m, baseline=baseline) for m in schema.compared_keys() if m in runs],
@@ -156,20 +179,7 @@ def write_report(
     )
     if len(cmp):
         cmp.to_csv(out / "comparisons.csv", index=False)
-
-    figs = {}
-    curves, fig_runs, fig_agg = data.curves, runs, agg
-    if runs["condition"].nunique() > 1:  # one line per condition and regime
-        label = lambda f: f.assign(regime=f["condition"] + " | " + f["regime"])  # noqa: E731
-        curves = label(curves) if not curves.empty else curves
-        fig_runs, fig_agg = label(runs), label(agg)
-    if not curves.empty and figures.KL_TRUE in curves:
-        figs["frontier"] = figures.frontier(curves, out / "figures" / "frontier.png")
-        figs["training"] = figures.training(curves, out / "figures" / "training.png")
-        figs["drift"] = figures.drift(curves, out / "figures" / "drift.png")
-    figs["kl_error"] = figures.kl_error(fig_runs, out / "figures" / "kl_error.png")
-    if len(agg):
-        figs["pareto"] = figures.pareto(fig_agg, out / "figures" / "pareto.png")
+    figs = make_figures(data, agg, eq, out, cfg)
 
     prov = _provenance(runs, list(runs["path"]))
     seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
@@ -191,86 +201,50 @@ def write_report(
         f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}; this report: {git_commit()}",
         "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
         "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
-        f"- statistics: mean over seeds [95% Student-t interval]; comparisons with `{baseline}` paired by "
-        "seed (paired t-test, Holm-adjusted over regimes, Cohen's d_z). KL in nats per response.",
-        "- `stand-in div.` is the exact KL from the policy to the regime's own reference on the policy's "
-        "fresh evaluation samples; the *true KL* is the same against the full reference. For DPO the "
-        "stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "
-        "training pairs). Per-run win rates carry a 95% Wilson interval counting ties as half a win: valid, "
-        "but conservative.",
+        "- KL in nats per response. `stand-in div.` is the exact KL from the policy to the regime's own reference "
+        "on the policy's fresh evaluation samples; the *true KL* is the same against the full reference. For DPO "
+        "the stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "
+        "training pairs). Per-run win rates are against an independent SFT sample of each prompt (ties half), "
+        "with a 95% t interval over prompts (runs made before that: the coupled sample, a Wilson interval).",
         "",
     ]
+    lines += statistics_lines(cfg, prompts, eq)
+    lines += null_control_lines(eq, cfg)
+    lines += _problems_table(data)
 
-    lines += ["## Jobs that did not finish", ""]
-    bad = data.problems()
-    if len(bad):
-        lines.append(
-            md_table(
-                ["status", "job", "reason"],
-                [[r["status"], f"`{r['job']}`", str(r["reason"])[:200]] for _, r in bad.iterrows()],
-            )
-        )
-    else:
-        lines.append("None: every job finished.")
-    lines.append("")
-
-    for algo, a in agg.groupby("condition", sort=False):
-        for title, columns in (("fidelity and cost of each reference", FIDELITY), ("behaviour", BEHAVIOUR)):
+    for cond, a in agg.groupby("condition", sort=False):
+        lines += condition_sections(cond, own, eq, cfg)
+        for heading, columns in (("fidelity and cost of each reference", FIDELITY), ("behaviour", BEHAVIOUR)):
             rows = [
                 [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in columns] for _, r in a.iterrows()
             ]
-            lines += [f"## {algo}: {title}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
-        if len(cmp):
-            c = cmp[cmp["condition"] == algo]
+            lines += [f"## {cond}: {heading}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
+        c = cmp[cmp["condition"] == cond] if len(cmp) else cmp
+        if len(c):
             lines += [
-                f"## {algo}: each regime against `{baseline}` (paired by seed)",
+                f"## {cond}: seed-level paired t-tests against `{baseline}`",
                 "",
-                md_table(
-                    ["regime", "metric", "n", "difference [95% CI]", "p (Holm)", "d_z", "verdict"],
-                    [
-                        [
-                            f"`{r['regime']}`",
-                            r["metric"],
-                            str(r["n_pairs"]),
-                            f"{_num(r['diff_mean'])} [{_num(r['diff_lo'])}, {_num(r['diff_hi'])}]",
-                            _num(r["p_holm"]),
-                            _num(r["d_z"]),
-                            r["note"],
-                        ]
-                        for _, r in c.iterrows()
-                    ],
-                ),
+                "Summary values paired by seed, Holm-adjusted over regimes, Cohen's d_z; kept for reference: the "
+                "verdicts above come from the bootstrap intervals over prompts and seeds.",
+                "",
+                _seed_t_table(c, baseline),
                 "",
             ]
 
-    lines += ["## Figures", ""]
-    captions = {
-        "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
-        "(the DPO paper's frontier; up and to the left is better).",
-        "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "
-        "policy's fresh evaluation samples) vs the true KL to the full reference (log-log; on the dashed "
-        "line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
-        "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| "
-        "per regime at step 0 and at the end.",
-        "pareto": "Cost against fidelity: reference memory and reference time per training step vs the KL "
-        "error at the end (error bars: 95% t-intervals over seeds). Regimes without a stand-in divergence "
-        "(no reference, or no distribution for fresh samples) are absent.",
-        "training": "Training loss, and the true KL (solid) with the stand-in divergence (dotted), over training.",
-        "drift": "Response length, repetition, unsafe rate and held-out perplexity over training.",
-    }
-    for name, path in figs.items():
-        lines += [f"![{name}]({path.relative_to(out)})", "", captions[name], ""]
-
+    lines += figure_lines(figs, out)
     lines += ["## What the numbers show", ""]
-    lines += [f"- {f}" for f in findings(cmp, agg, baseline)] or ["- (no comparisons: no baseline runs)"]
+    found = verdict_findings(eq, cfg) + findings(agg, baseline)
+    lines += [f"- {f}" for f in found] or ["- (no comparisons: no baseline runs)"]
     lines.append("")
     if notes:
         lines += ["## Reading", "", notes.strip(), ""]
     lines += [
         "## Files",
         "",
-        "- `summary.csv`: every metric, mean / std / n / 95% interval per algorithm and regime",
-        "- `comparisons.csv`: every paired comparison with the baseline",
+        "- `summary.csv`: every metric, mean / std / n / 95% interval / method per condition and regime",
+        "- `primary.csv`: each regime's verdict metrics with their 95% intervals over prompts and seeds",
+        "- `equivalence.csv`: every verdict: difference, 95% and 90% intervals, margin, method",
+        "- `comparisons.csv`: the seed-level paired t-tests with the baseline",
         "- `table.tex`: the main table for a paper (booktabs)",
         "- `figures/`: the figures above",
         "",

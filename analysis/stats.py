@@ -6,6 +6,11 @@ pairs, same evaluation prompts and sampling seed), so each regime's effect is th
 differences, tested with a paired t-test; the effect size is Cohen's d_z (mean difference / its standard
 deviation); p-values are also Holm-adjusted over the regimes compared for one metric. A difference is
 claimed only when the adjusted p < alpha; otherwise the table says there is no evidence either way.
+
+Positive quantities (KL, log-prob errors, bytes, times, perplexity, lengths: :func:`is_positive`) get an
+interval that never crosses zero (:func:`positive_interval`): the geometric mean over seeds with a Student-t
+interval on the log scale, back-transformed; where a seed's value is exactly 0 (no log), the arithmetic mean
+with a percentile bootstrap over seeds, which stays within the values' range.
 """
 
 from __future__ import annotations
@@ -17,7 +22,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ablate.tracking import schema
+from analysis.bootstrap import rng_for, seed_percentile
+
 ALPHA = 0.05
+#: units of quantities that cannot be negative
+POSITIVE_UNITS = ("nats per response", "nats per token", "bytes", "ms", "s", "perplexity", "tokens")
+#: keys in those units whose estimator can be negative
+SIGNED = ("kl_true_k1",)
+METHOD_T = "t"
+METHOD_LOG_T = "geometric mean, t on the log scale"
+METHOD_ZERO = "arithmetic mean, percentile bootstrap over seeds (a value is 0: no log scale)"
 
 
 @dataclass
@@ -27,6 +42,7 @@ class Interval:
     n: int
     lo: float
     hi: float
+    method: str = METHOD_T  # how the mean and the interval were made
 
 
 def t_interval(values, confidence: float = 0.95) -> Interval:
@@ -43,9 +59,42 @@ def t_interval(values, confidence: float = 0.95) -> Interval:
     return Interval(mean, std, n, mean - half, mean + half)
 
 
-def aggregate(runs: pd.DataFrame, metrics: list[str], by: tuple[str, ...] = ("condition", "regime")) -> pd.DataFrame:
-    """One row per group of finished runs: ``<metric>_mean/_std/_n/_lo/_hi`` for each metric, plus
-    ``n_runs`` and the seeds."""
+def is_positive(column: str) -> bool:
+    """A summary column (or its ``_step0`` copy) whose values cannot be negative, by its unit in the schema."""
+    try:
+        m = schema.metric(column)
+    except KeyError:
+        return False
+    return m.unit in POSITIVE_UNITS and m.key not in SIGNED
+
+
+def positive_interval(values, rng: np.random.Generator, confidence: float = 0.95) -> Interval:
+    """The mean over seeds of a positive quantity with a 95% interval that never crosses zero: geometric mean
+    and t interval of the logs (all values > 0); arithmetic mean and percentile bootstrap over seeds (a value
+    is 0); a plain t interval, said so, if a value is negative after all. ``std`` is the values' own."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    n = len(x)
+    if n == 0 or (x < 0).any():
+        iv = t_interval(x, confidence)
+        iv.method = METHOD_T if n == 0 else "t (a value is negative)"
+        return iv
+    std = float(x.std(ddof=1)) if n > 1 else math.nan
+    if np.all(x == x[0]):  # one value, or the same in every seed: exactly that value
+        lo = float(x[0]) if n > 1 else math.nan
+        return Interval(float(x[0]), std, n, lo, lo, METHOD_LOG_T if x[0] > 0 else METHOD_T)
+    if (x > 0).all():
+        logs = t_interval(np.log(x), confidence)
+        return Interval(math.exp(logs.mean), std, n, math.exp(logs.lo), math.exp(logs.hi), METHOD_LOG_T)
+    mean, lo, hi = seed_percentile(x, 2000, rng, confidence)
+    return Interval(mean, std, n, lo, hi, METHOD_ZERO)
+
+
+def aggregate(
+    runs: pd.DataFrame, metrics: list[str], by: tuple[str, ...] = ("condition", "regime"), seed: int = 0
+) -> pd.DataFrame:
+    """One row per group of finished runs: ``<metric>_mean/_std/_n/_lo/_hi/_method`` for each metric, plus
+    ``n_runs`` and the seeds. Positive quantities get :func:`positive_interval`, the others
+    :func:`t_interval`."""
     done = runs[runs["status"] == "finished"]
     rows = []
     for key, g in done.groupby(list(by), sort=False):
@@ -55,10 +104,18 @@ def aggregate(runs: pd.DataFrame, metrics: list[str], by: tuple[str, ...] = ("co
         row["n_runs"] = len(g)
         row["seeds"] = ",".join(str(s) for s in sorted(g["seed"].dropna().astype(int).unique()))
         for m in metrics:
-            iv = t_interval(g[m].astype(float)) if m in g else Interval(math.nan, math.nan, 0, math.nan, math.nan)
+            if m not in g:
+                iv = Interval(math.nan, math.nan, 0, math.nan, math.nan)
+            elif is_positive(m):
+                iv = positive_interval(g[m].astype(float), rng_for(seed, "aggregate", *key, m))
+            else:
+                iv = t_interval(g[m].astype(float))
             row.update({f"{m}_mean": iv.mean, f"{m}_std": iv.std, f"{m}_n": iv.n, f"{m}_lo": iv.lo, f"{m}_hi": iv.hi})
+            row[f"{m}_method"] = iv.method
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    methods = [c for c in out if c.endswith("_method")]
+    return out.astype(dict.fromkeys(methods, object)).copy()  # consolidated: not one block per column
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -1,0 +1,99 @@
+"""The report's statistical settings: which metric is primary, the equivalence margins, alpha, the baseline
+and null-control regimes, and the bootstrap's size and seed. ``python -m analysis report`` builds one from its
+flags (``--margin reward_delta=0.05 --margin kl_true=10%``) and the report prints it resolved."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Margin:
+    """An equivalence margin: ``value`` in the metric's own unit, or, when ``relative``, a fraction of the
+    baseline regime's mean (``0.10``: 10% of it)."""
+
+    value: float
+    relative: bool = False
+
+    def resolve(self, baseline_mean: float) -> float:
+        """The margin in the metric's unit (NaN when relative and the baseline's mean is unknown)."""
+        if not self.relative:
+            return self.value
+        if not math.isfinite(baseline_mean):
+            return math.nan
+        return self.value * abs(baseline_mean)
+
+    def describe(self) -> str:
+        return f"{self.value * 100:g}% of the baseline's mean" if self.relative else f"{self.value:g} absolute"
+
+
+def default_margins() -> dict[str, Margin]:
+    """reward_delta and win_rate: 0.05 absolute; true KL: 10% of the baseline's mean."""
+    return {"reward_delta": Margin(0.05), "win_rate": Margin(0.05), "kl_true": Margin(0.10, relative=True)}
+
+
+@dataclass
+class ReportConfig:
+    """How the report turns numbers into verdicts (see :mod:`analysis.equivalence`)."""
+
+    primary: str = "reward_delta"  # the declared primary metric
+    margins: dict[str, Margin] = field(default_factory=default_margins)  # one verdict per metric listed here
+    alpha: float = 0.05  # difference: the (1 - alpha) interval; equivalence (TOST): the (1 - 2 alpha) interval
+    baseline: str = "full"  # every other regime is compared with this one
+    null_control: str = "cached"  # a regime that must come out equivalent to the baseline
+    n_boot: int = 2000  # bootstrap resamples
+    seed: int = 0  # the bootstrap's seed: the same report every time
+
+    def metrics(self) -> list[str]:
+        """The metrics that get a verdict, the primary first."""
+        return [self.primary] + [m for m in self.margins if m != self.primary]
+
+    def margin(self, metric: str) -> Margin | None:
+        return self.margins.get(metric)
+
+    def describe(self) -> list[str]:
+        """The resolved settings, one markdown bullet each."""
+        margins = ", ".join(f"`{m}` ±{self.margins[m].describe()}" for m in self.metrics() if m in self.margins)
+        return [
+            f"- primary metric: `{self.primary}`; baseline `{self.baseline}`; null control `{self.null_control}`",
+            f"- equivalence margins: {margins or 'none'}",
+            f"- alpha {self.alpha:g}: a difference needs the {100 * (1 - self.alpha):g}% interval, equivalence "
+            f"(two one-sided tests) the {100 * (1 - 2 * self.alpha):g}% interval",
+            f"- bootstrap: {self.n_boot} resamples, seed {self.seed} (deterministic: the same numbers every run)",
+        ]
+
+
+def parse_margin(text: str) -> tuple[str, Margin]:
+    """``name=0.05`` (absolute) or ``name=10%`` (relative to the baseline's mean) -> (name, Margin)."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value:
+        raise ValueError(f"a margin is metric=value or metric=value%, not {text!r}")
+    relative = value.endswith("%")
+    try:
+        number = float(value[:-1] if relative else value)
+    except ValueError:
+        raise ValueError(f"margin {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"margin {text!r}: it must be a positive number")
+    return name, Margin(number / 100 if relative else number, relative)
+
+
+def build_config(
+    margins: list[str] | None = None,
+    primary: str = "reward_delta",
+    alpha: float = 0.05,
+    baseline: str = "full",
+    null_control: str = "cached",
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> ReportConfig:
+    """A config from CLI-style values: ``margins`` override or add to the defaults."""
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), not {alpha}")
+    if n_boot < 100:
+        raise ValueError(f"the bootstrap needs at least 100 resamples, not {n_boot}")
+    resolved = default_margins()
+    resolved.update(parse_margin(m) for m in margins or [])
+    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed)

@@ -1,0 +1,76 @@
+"""The report's figures with their captions: one colour per regime across every figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import figures
+from analysis.figures_equivalence import equivalence as equivalence_figure
+from analysis.load import Runs
+from analysis.report_config import ReportConfig
+
+SEEDS = "Lines and points: mean over seeds; shaded bands and error bars: the lowest to the highest seed."
+CAPTIONS = {
+    "equivalence": "Each regime's difference from the baseline on every verdict metric: marker at the estimate "
+    "(circle equivalent, square different, diamond inconclusive), thin line its 95% interval, thick line its "
+    "90% interval (the one TOST uses), grey band ± the equivalence margin, dashed line 0. Equivalent: the thick "
+    "line lies inside the grey band. Intervals: hierarchical bootstrap over seeds and prompts (or seed-level t "
+    "where a run has no samples.jsonl; see the verdict table).",
+    "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
+    "(the DPO paper's frontier; up and to the left is better). " + SEEDS,
+    "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "
+    "policy's fresh evaluation samples) vs the true KL to the full reference, one point per run (log-log; on the "
+    "dashed line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
+    "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| per regime at "
+    "step 0 (pale) and at the end (solid): bars the mean over seeds, error bars the lowest to the highest seed.",
+    "pareto": "Cost against fidelity: reference memory and reference time per training step vs the KL error at "
+    "the end (points: geometric mean over seeds; error bars: its 95% interval, a t interval on the log scale "
+    "that never crosses zero; `summary.csv` names the method where a seed's value is 0). Regimes without a stand-in divergence (no reference, or no distribution for "
+    "fresh samples) are absent.",
+    "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
+    "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
+    "drift": "Response length, repeated bigrams, unsafe rate and held-out perplexity at each evaluation. " + SEEDS,
+}
+
+
+def _labelled(frame: pd.DataFrame, by_condition: bool) -> pd.DataFrame:
+    if not by_condition or frame.empty:
+        return frame
+    return frame.assign(regime=frame["condition"] + " | " + frame["regime"])
+
+
+def make_figures(data: Runs, agg: pd.DataFrame, eq: pd.DataFrame, out: Path, cfg: ReportConfig) -> dict[str, Path]:
+    """Every figure the data allow, name -> PNG path; each regime (per condition when there are several)
+    keeps one colour in all of them."""
+    runs = data.runs
+    several = runs["condition"].nunique() > 1  # then one line per condition and regime
+    curves, fig_runs, fig_agg = (_labelled(f, several) for f in (data.curves, runs, agg))
+    colors = figures.regime_colors(report_labels(data))
+    d = out / "figures"
+    figs = {}
+    if len(eq):
+        figs["equivalence"] = equivalence_figure(eq, d / "equivalence.png", cfg.baseline, colors)
+    if not curves.empty and figures.KL_TRUE in curves:
+        figs["frontier"] = figures.frontier(curves, d / "frontier.png", colors)
+        figs["training"] = figures.training(curves, d / "training.png", colors)
+        figs["drift"] = figures.drift(curves, d / "drift.png", colors)
+    figs["kl_error"] = figures.kl_error(fig_runs, d / "kl_error.png", colors)
+    if len(agg):
+        figs["pareto"] = figures.pareto(fig_agg, d / "pareto.png", colors)
+    return figs
+
+
+def report_labels(data: Runs) -> list[str]:
+    """Every regime label the report's figures draw (``condition | regime`` when there are several conditions)."""
+    runs = data.runs
+    return sorted(set(_labelled(runs, runs["condition"].nunique() > 1)["regime"].astype(str)))
+
+
+def figure_lines(figs: dict[str, Path], out: Path) -> list[str]:
+    """Each figure with its caption under it."""
+    lines = ["## Figures", ""]
+    for name, path in figs.items():
+        lines += [f"![{name}]({path.relative_to(out)})", "", f"*Figure ({name}).* {CAPTIONS[name]}", ""]
+    return lines

@@ -1,0 +1,128 @@
+"""The report's sections on statistics: its config and rules, the null control, each regime's primary-metric
+intervals and the equivalence verdicts against the baseline (markdown lines)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.equivalence import BOOT, DIFFERENT, EQUIVALENT, INCONCLUSIVE, null_control
+from analysis.markdown import bracket, md_table, num, span
+from analysis.report_config import ReportConfig
+from analysis.samples import COUPLED
+
+
+def statistics_lines(cfg: ReportConfig, prompts: pd.DataFrame, eq: pd.DataFrame) -> list[str]:
+    """The resolved config and the rules the verdicts and intervals follow."""
+    a = cfg.alpha
+    lines = ["## Statistics", "", *cfg.describe()]
+    lines += [
+        f"- verdict rule, per metric, each regime against `{cfg.baseline}`: **{EQUIVALENT}** when two one-sided "
+        f"tests at alpha {a:g} reject a difference as large as the margin, i.e. the {100 * (1 - 2 * a):g}% "
+        f"interval of the difference lies inside ±margin; **{DIFFERENT}** when it is not equivalent and the "
+        f"{100 * (1 - a):g}% interval excludes 0; **{INCONCLUSIVE}** otherwise (the data cannot tell an effect "
+        "as large as the margin from none). A relative margin is a share of the baseline's mean on the same data.",
+        f"- intervals of the verdicts: {BOOT}, percentile: resample seeds with replacement, then prompts with "
+        "replacement within each drawn seed; a comparison is paired by seed and by prompt (per-prompt "
+        "differences); a prompt's samples are averaged first (the prompt is the unit); per-prompt values from each "
+        f"run's `samples.jsonl`. {cfg.n_boot} resamples, seeded ({cfg.seed}): deterministic. Where a run has no "
+        "`samples.jsonl` the row says `seed-level t`: a paired Student-t interval over seeds of the summary values "
+        "(prompts not resampled).",
+        "- per-regime tables: mean over seeds [95% Student-t interval]; positive quantities (KL, log-prob errors, "
+        "bytes, times, perplexity, length) show the geometric mean over seeds with a t interval on the log scale, "
+        "which never crosses zero (where a seed's value is exactly 0: the arithmetic mean with a percentile "
+        "bootstrap over seeds, within the values' range). `summary.csv` names the method of each cell.",
+    ]
+    if len(prompts) and (prompts["win_against"] == COUPLED).any():
+        lines.append(
+            "- win rate from `samples.jsonl`: against independent SFT samples where the runs recorded them "
+            "(`sft_indep_reward`); older runs without them are scored against the coupled SFT sample, as their "
+            "own win rate was."
+        )
+    if len(eq) and (eq["method"].str.startswith("seed-level")).any():
+        lines.append("- some rows have no `samples.jsonl`: their intervals are seed-level t (see the method column).")
+    return lines + [""]
+
+
+def null_control_lines(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
+    """The null-control section: equivalent as it must be, or a loud warning."""
+    return ["## Null control", "", *null_control(eq, cfg), ""]
+
+
+def own_table(own: pd.DataFrame, cfg: ReportConfig) -> str:
+    """Each regime's own value of the verdict metrics with its 95% interval and the method."""
+    metrics = [m for m in cfg.metrics() if m in set(own["metric"])]
+    rows = []
+    for regime, g in own.groupby("regime", sort=False):
+        g = g.set_index("metric")
+        cells = [span(g.loc[m, "estimate"], g.loc[m, "lo"], g.loc[m, "hi"]) if m in g.index else "n/a" for m in metrics]
+        rows.append([f"`{regime}`", *cells, str(g["method"].iloc[0])])
+    return md_table(["regime", *[f"{m} [95%]" for m in metrics], "interval"], rows)
+
+
+def verdict_table(eq: pd.DataFrame, cfg: ReportConfig) -> str:
+    """One row per regime and metric: difference, its intervals, the margin and the verdict."""
+    hi_pct, in_pct = 100 * (1 - cfg.alpha), 100 * (1 - 2 * cfg.alpha)
+    rows = [
+        [
+            f"`{r['regime']}`",
+            f"`{r['metric']}`" + (" (primary)" if r["metric"] == cfg.primary else ""),
+            f"{num(r['regime_mean'])} vs {num(r['baseline_mean'])}",
+            f"{num(r['diff'])} {bracket(r['lo'], r['hi'])}",
+            bracket(r["lo_inner"], r["hi_inner"]),
+            f"±{num(r['margin'])}",
+            f"**{r['verdict']}**",
+            "; ".join(x for x in (r["method"], r["note"]) if x),
+        ]
+        for _, r in eq.iterrows()
+    ]
+    header = [
+        "regime",
+        "metric",
+        f"regime vs {cfg.baseline}",
+        f"difference [{hi_pct:g}%]",
+        f"{in_pct:g}% (TOST)",
+        "margin",
+        "verdict",
+        "interval, note",
+    ]
+    return md_table(header, rows)
+
+
+def condition_sections(cond: str, own: pd.DataFrame, eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
+    """The primary-metric and verdict tables of one condition."""
+    lines = []
+    o = own[own["condition"] == cond] if len(own) else own
+    if len(o):
+        lines += [
+            f"## {cond}: primary metric `{cfg.primary}` and the verdict metrics, each regime",
+            "",
+            own_table(o, cfg),
+            "",
+        ]
+    e = eq[eq["condition"] == cond] if len(eq) else eq
+    if len(e):
+        lines += [f"## {cond}: equivalence with `{cfg.baseline}` (verdicts)", "", verdict_table(e, cfg), ""]
+    return lines
+
+
+def verdict_findings(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
+    """One plain statement per verdict, the primary metric first, then a count per verdict."""
+    if not len(eq):
+        return []
+    out = []
+    order = {m: i for i, m in enumerate(cfg.metrics())}
+    for _, r in eq.assign(_o=eq["metric"].map(order)).sort_values("_o", kind="stable").iterrows():
+        if r["regime"] == cfg.null_control:
+            continue  # the null-control section speaks for it
+        out.append(
+            f"`{r['regime']}` vs `{cfg.baseline}` ({r['condition']}), `{r['metric']}`: **{r['verdict']}**, difference "
+            f"{num(r['diff'])} {bracket(r['lo'], r['hi'])} ({100 * (1 - 2 * cfg.alpha):g}%: "
+            f"{bracket(r['lo_inner'], r['hi_inner'])}, margin ±{num(r['margin'])}; {r['method']})."
+        )
+    counts = eq["verdict"].value_counts()
+    out.append(
+        f"Of {len(eq)} verdicts: {int(counts.get(EQUIVALENT, 0))} equivalent, {int(counts.get(DIFFERENT, 0))} "
+        f"different, {int(counts.get(INCONCLUSIVE, 0))} inconclusive (inconclusive: more seeds or prompts needed "
+        "to tell an effect as large as the margin from none)."
+    )
+    return out

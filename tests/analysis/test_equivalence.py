@@ -1,0 +1,112 @@
+"""Equivalence verdicts (TOST), the hierarchical bootstrap and intervals of positive quantities, on numbers
+worked out by hand and on synthetic run folders (no model runs)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import bootstrap
+from analysis.equivalence import compare, verdict
+from analysis.load import load_runs
+from analysis.report_config import Margin, ReportConfig, build_config, parse_margin
+from analysis.samples import prompt_frame
+from analysis.stats import aggregate, positive_interval, t_interval
+from tests.analysis.synthetic import samples, write_run
+
+
+def _verdicts(root, cfg=None):
+    runs = load_runs(root).runs
+    cfg = cfg or ReportConfig(n_boot=1000)
+    return compare(runs, prompt_frame(runs), cfg).set_index(["regime", "metric"])
+
+
+def test_verdict_rule_on_known_intervals():
+    assert verdict(-0.03, 0.04, -0.02, 0.03, 0.05) == "equivalent"
+    assert verdict(0.01, 0.04, 0.015, 0.035, 0.05) == "equivalent"  # detected, but smaller than the margin
+    assert verdict(0.2, 0.4, 0.22, 0.38, 0.05) == "different"
+    assert verdict(-0.01, 0.2, 0.0, 0.18, 0.05) == "inconclusive"
+    assert verdict(-0.04, 0.06, -0.03, 0.05, 0.05) == "inconclusive"  # touching the margin is not inside
+    assert verdict(math.nan, math.nan, math.nan, math.nan, 0.05) == "inconclusive"
+    assert verdict(-0.01, 0.01, -0.01, 0.01, math.nan) == "inconclusive"  # no margin: never equivalent
+
+
+def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
+    """Per-prompt differences from the baseline are exactly the shift (same seed: same prompts and noise), so
+    the bootstrap intervals are known: nf4 +0.02 everywhere (equivalent), int8 +0.3 (different), and ema +0.12
+    in seed 0 and -0.08 in seed 1: resampled seed means are -0.08, 0.02 or 0.12 (inconclusive)."""
+    for seed in (0, 1):
+        write_run(tmp_path, "full", seed, samples(seed, 12))
+        write_run(tmp_path, "nf4", seed, samples(seed, 12, shift=0.02))
+        write_run(tmp_path, "int8", seed, samples(seed, 12, shift=0.3))
+        write_run(tmp_path, "ema", seed, samples(seed, 12, shift=(0.12, -0.08)[seed]))
+    v = _verdicts(tmp_path)
+    nf4 = v.loc[("nf4", "reward_delta")]
+    assert (nf4["lo"], nf4["hi"], nf4["diff"]) == pytest.approx((0.02, 0.02, 0.02))
+    assert nf4["verdict"] == "equivalent" and nf4["method"] == "hierarchical bootstrap (2 seeds x 12 prompts)"
+    assert v.loc[("int8", "reward_delta"), "verdict"] == "different"
+    ema = v.loc[("ema", "reward_delta")]
+    assert (ema["lo"], ema["hi"], ema["diff"]) == pytest.approx((-0.08, 0.12, 0.02))
+    assert ema["verdict"] == "inconclusive"
+    assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(0.1 * v.loc[("nf4", "kl_true"), "baseline_mean"])
+
+
+def test_seed_level_t_fallback_without_samples(tmp_path):
+    """No samples.jsonl: the paired t interval of the summary values. Differences 0.01, 0.02, 0.03: mean 0.02,
+    sd 0.01, 90% half-width t(0.95, 2) * 0.01 / sqrt(3) = 0.01686: inside ±0.05."""
+    for seed, d in enumerate((0.01, 0.02, 0.03)):
+        write_run(tmp_path, "full", seed, reward_delta=0.1, win_rate=0.5, kl_true=1.0)
+        write_run(tmp_path, "int8", seed, reward_delta=0.1 + d, win_rate=0.5, kl_true=1.0)
+    row = _verdicts(tmp_path).loc[("int8", "reward_delta")]
+    half = 2.919985580355516 * 0.01 / math.sqrt(3)
+    assert (row["lo_inner"], row["hi_inner"]) == pytest.approx((0.02 - half, 0.02 + half))
+    assert row["method"].startswith("seed-level t") and row["verdict"] == "equivalent"
+
+
+def test_bootstrap_is_deterministic_and_shrinks_with_more_prompts():
+    rng = np.random.default_rng(7)
+    few = [rng.normal(0, 1, 10) for _ in range(3)]
+    many = [rng.normal(0, 1, 400) for _ in range(3)]
+    a = bootstrap.interval(few, 1000, bootstrap.rng_for(0, "x"))
+    b = bootstrap.interval(few, 1000, bootstrap.rng_for(0, "x"))
+    c = bootstrap.interval(few, 1000, bootstrap.rng_for(1, "x"))
+    assert (a.lo, a.hi) == (b.lo, b.hi) and (a.lo, a.hi) != (c.lo, c.hi)
+    wide, narrow = a, bootstrap.interval(many, 1000, bootstrap.rng_for(0, "x"))
+    assert narrow.hi - narrow.lo < (wide.hi - wide.lo) / 3
+    assert a.lo < a.lo_inner < a.estimate < a.hi_inner < a.hi
+
+
+def test_bootstrap_resamples_seeds_then_prompts_within_them():
+    """Seeds of different sizes: a resample only draws a seed's own prompts (seed 0's values are all 0,
+    seed 1's all 10), so every resampled mean is 0, 5 or 10."""
+    reps = bootstrap.resample([np.zeros(3), np.full(50, 10.0)], 500, bootstrap.rng_for(0))
+    assert set(np.round(reps, 9)) == {0.0, 5.0, 10.0}
+    assert bootstrap.estimate([np.zeros(3), np.full(50, 10.0)]) == 5.0
+
+
+def test_positive_quantity_keeps_its_interval_above_zero():
+    spread = [0.001, 0.5, 3.0]
+    assert t_interval(spread).lo < 0  # the plain t interval crosses zero
+    iv = positive_interval(spread, bootstrap.rng_for(0))
+    assert 0 < iv.lo < iv.mean < iv.hi and iv.mean == pytest.approx((0.001 * 0.5 * 3.0) ** (1 / 3))
+    with_zero = positive_interval([0.0, 0.5, 3.0], bootstrap.rng_for(0))
+    assert with_zero.lo >= 0 and with_zero.mean == pytest.approx(3.5 / 3) and "bootstrap" in with_zero.method
+    same = positive_interval([2.0**20] * 3, bootstrap.rng_for(0))
+    assert (same.mean, same.lo, same.hi) == (2.0**20, 2.0**20, 2.0**20)  # exactly, not exp(log(x))
+    runs = pd.DataFrame(
+        {"status": "finished", "condition": "c", "regime": "int8", "algo": "dpo", "seed": [0, 1, 2], "kl_true": spread}
+    )
+    row = aggregate(runs, ["kl_true"]).iloc[0]
+    assert row["kl_true_lo"] > 0 and row["kl_true_method"].startswith("geometric mean")
+
+
+def test_margins_from_the_command_line():
+    assert parse_margin("kl_true=10%") == ("kl_true", Margin(0.10, relative=True))
+    assert parse_margin("reward_delta=0.02") == ("reward_delta", Margin(0.02))
+    cfg = build_config(["kl_true=20%", "ppl=1"], alpha=0.1, n_boot=500)
+    assert cfg.margins["kl_true"].resolve(2.0) == pytest.approx(0.4) and cfg.margins["win_rate"].value == 0.05
+    assert cfg.metrics() == ["reward_delta", "win_rate", "kl_true", "ppl"]
+    for bad in ("kl_true", "kl_true=abc", "kl_true=-1", "=0.1"):
+        with pytest.raises(ValueError):
+            parse_margin(bad)

@@ -1,0 +1,106 @@
+"""The report on synthetic run folders: its statistics section, the null control (and its warning), the
+verdict tables, failed runs listed, captions under every figure, one colour per regime (no model runs)."""
+
+import pandas as pd
+from matplotlib.colors import to_rgba
+
+from analysis import figures, figures_equivalence
+from analysis.__main__ import main
+from analysis.load import load_runs
+from analysis.report_figures import CAPTIONS, report_labels
+from tests.analysis.synthetic import samples, write_run
+
+
+def _sweep(root, cached_shift=0.0):
+    for seed in (0, 1):
+        write_run(root, "full", seed, samples(seed, 8))
+        write_run(root, "cached", seed, samples(seed, 8, shift=cached_shift))
+        write_run(root, "int8", seed, samples(seed, 8, shift=0.3))
+    write_run(root, "nf4", 0, status="failed", reason="CUDA out of memory while quantising")
+    write_run(root, "topk", 1, status="unfinished")
+    return root
+
+
+def _report(tmp_path, *flags, cached_shift=0.0):
+    sweep = _sweep(tmp_path / "sweep", cached_shift)
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out), "--boot", "500", *flags]) == 0
+    return (out / "report.md").read_text(), out
+
+
+def test_report_states_its_statistics_and_verdicts(tmp_path, capsys):
+    text, out = _report(tmp_path, "--margin", "kl_true=20%", "--boot-seed", "3")
+    assert "8 jobs, 2 not finished" in capsys.readouterr().out
+    assert "- primary metric: `reward_delta`; baseline `full`; null control `cached`" in text
+    assert "`reward_delta` ±0.05 absolute, `win_rate` ±0.05 absolute, `kl_true` ±20% of the baseline's mean" in text
+    assert "bootstrap: 500 resamples, seed 3" in text and "hierarchical bootstrap, percentile" in text
+    assert "t interval on the log scale" in text  # how positive quantities get their intervals
+    assert "came out **equivalent** to `full`" in text and "WARNING" not in text
+    eq = pd.read_csv(out / "equivalence.csv").set_index(["regime", "metric"])
+    assert eq.loc[("int8", "reward_delta"), "verdict"] == "different"
+    assert eq.loc[("cached", "kl_true"), "verdict"] == "equivalent"
+    assert "| `int8` | `reward_delta` (primary) |" in text
+    assert set(pd.read_csv(out / "primary.csv")["regime"]) == {"full", "cached", "int8"}
+
+
+def test_null_control_that_is_not_equivalent_warns(tmp_path):
+    text, _ = _report(tmp_path, cached_shift=0.2)
+    (warning,) = [ln for ln in text.splitlines() if "WARNING" in ln]
+    assert "the null control `cached` did NOT come out equivalent" in warning and "`reward_delta` different" in warning
+    assert "no other verdict of this report should be trusted" in warning
+
+
+def test_failed_and_unfinished_runs_are_listed(tmp_path):
+    text, _ = _report(tmp_path)
+    section = text.split("## Runs not finished")[1].split("\n## ")[0]
+    assert "| failed | `ref=nf4,seed=0` | nf4 | 0 | CUDA out of memory while quantising |" in section
+    assert "| unfinished | `ref=topk,seed=1` | topk | 1 |" in section
+
+
+def _legend_colours(fig) -> dict:
+    """label -> RGBA of every legend entry of a figure drawn as lines, error bars or scatters."""
+    out = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            artist = handle[0] if isinstance(handle, tuple) or hasattr(handle, "lines") else handle
+            if hasattr(artist, "get_offsets"):  # a scatter
+                out[label] = to_rgba(artist.get_facecolor()[0])
+            elif hasattr(artist, "get_color"):  # a line
+                out[label] = to_rgba(artist.get_color())
+    return out
+
+
+def test_every_figure_has_a_caption_and_one_colour_per_regime(tmp_path, monkeypatch):
+    drawn = {}
+    original = figures._save
+
+    def keep(fig, path):
+        drawn[path.stem] = _legend_colours(fig)
+        return original(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    monkeypatch.setattr(figures_equivalence, "_save", keep)
+    text, out = _report(tmp_path)
+    for name in ("equivalence", "frontier", "training", "drift", "kl_error"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 5_000
+        assert f"![{name}](figures/{name}.png)\n\n*Figure ({name}).* {CAPTIONS[name]}" in text
+    labels = report_labels(load_runs(tmp_path / "sweep"))
+    assert labels == ["cached", "full", "int8", "nf4", "topk"]  # failed and unfinished regimes too
+    expected = {r: to_rgba(c) for r, c in figures.regime_colors(labels).items()}
+    seen = 0
+    for name, colours in drawn.items():
+        for label, colour in colours.items():
+            if label in expected:
+                assert colour == expected[label], (name, label)
+                seen += 1
+    assert "cached" in drawn["kl_error"] and seen >= 10  # kl_error draws only 3 of the 5 regimes
+
+
+def test_a_bad_margin_is_one_line(tmp_path, capsys):
+    sweep = _sweep(tmp_path / "sweep")
+    try:
+        main(["report", str(sweep), "--out", str(tmp_path / "r"), "--margin", "kl_true=ten"])
+    except SystemExit as e:
+        assert e.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("error: margin 'kl_true=ten': 'ten' is not a number")
