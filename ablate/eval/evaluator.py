@@ -27,6 +27,7 @@ from ablate.eval import baseline_cache as bc
 from ablate.eval import fidelity as fid
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
+from ablate.eval.metrics import rows_of
 from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
 from ablate.models.sampling import SampledBatch, sample, sampling_rows
@@ -34,6 +35,8 @@ from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
 
 LOGP_KEYS = ("logp_mae", "logp_rmse", "logp_max_err")
+#: The independent SFT draw (the win rate's opponent) uses the evaluation's sampling seed plus this.
+INDEPENDENT_SEED = 7919
 
 
 def sampling_seed(eval_seed: int | None, run_seed: int) -> int:
@@ -57,7 +60,7 @@ class _Audit:
     """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
 
     per_sample: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("kl", "k1", "k3", "kl_approx", "len", "truncated")}
+        default_factory=lambda: {k: [] for k in ("true", "k1", "k3", "kl_approx", "len", "truncated")}
     )
     approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
     judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
@@ -99,7 +102,7 @@ class Evaluator:
         self.precision = eval_cfg.precision  # sampling and scoring precision
         self.seed = sampling_seed(eval_cfg.seed, run_seed)
         self.device = device
-        self._sft: dict[int, dict] = {}  # samples per prompt -> the SFT baseline at that many
+        self._sft: dict[tuple[int, int], dict] = {}  # (samples per prompt, seed) -> the SFT baseline
         self.proxy = proxy  # a learned reward, if the run trains on one: reported as eval/reward_proxy
         self.cache_root = cache_root
         self.model_fingerprint = model_fingerprint
@@ -125,7 +128,7 @@ class Evaluator:
         )
 
     # ------------------------------------------------------------------------------------ sampling
-    def _sample(self, model, desc: str, k: int) -> list[SampledBatch]:
+    def _sample(self, model, desc: str, k: int, seed: int | None = None) -> list[SampledBatch]:
         """``k`` responses per prompt (prompt-major), sampled with ``eval.sampler`` in ``eval.precision``,
         :meth:`rows` at a time, outside Accelerate's per-call autocast wrapper; every model is sampled with the
         same seed, keys (prompt i, sample j) and rows, so they are coupled."""
@@ -137,28 +140,28 @@ class Evaluator:
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
                 batch_size=self.rows(k),
-                seed=self.seed,
+                seed=self.seed if seed is None else seed,
                 precision=self.precision,
                 n_per_prompt=k,
                 desc=desc,
                 sampler=self.cfg.sampler,
             )
 
-    def _sample_baseline(self, k: int) -> dict:
-        """The SFT model's ``k`` responses per prompt, their gold rewards and unsafe probabilities."""
-        texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k) for t in b.texts]
+    def _sample_baseline(self, k: int, seed: int) -> dict:
+        """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities."""
+        texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k, seed) for t in b.texts]
         return {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
 
-    def baseline_key(self, k: int | None = None) -> dict:
+    def baseline_key(self, k: int | None = None, seed: int | None = None) -> dict:
         """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings, at
-        ``k`` samples per prompt (default: the final evaluation's)."""
+        ``k`` samples per prompt (default: the final evaluation's) drawn with ``seed`` (default: the evaluation's)."""
         k = k or self.cfg.samples_per_prompt
         settings = bc.BaselineSettings(
             max_new_tokens=self.task.max_new_tokens,
             temperature=self.task.temperature,
             samples_per_prompt=k,
             batch_size=self.rows(k),
-            seed=self.seed,
+            seed=self.seed if seed is None else seed,
             precision=self.precision,
             sampler=self.cfg.sampler,
             device=self.device.type,
@@ -172,20 +175,23 @@ class Evaluator:
             safety_id=self.safety.ID,
         )
 
-    def sft_baseline(self, k: int | None = None) -> dict:
+    def sft_baseline(self, k: int | None = None, independent: bool = False) -> dict:
         """The SFT model's ``k`` responses per prompt (default: the final evaluation's count), prompt-major,
         sampled once with the policy's seed and keys (and, with a ``cache_root``, once per sweep: loaded from the
-        cache when an earlier job sampled them)."""
+        cache when an earlier job sampled them). ``independent``: drawn with another seed (:data:`INDEPENDENT_SEED`
+        added), independent of the policy's samples: the win rate's opponent."""
         k = k or self.cfg.samples_per_prompt
-        if k not in self._sft:
+        seed = self.seed + INDEPENDENT_SEED if independent else self.seed
+        if (k, seed) not in self._sft:
+            draw = lambda: self._sample_baseline(k, seed)  # noqa: E731
             if self.cache_root is None:
-                self._sft[k] = self._sample_baseline(k)
+                self._sft[k, seed] = draw()
             else:
-                self._sft[k], hit, _ = bc.load_or_sample_baseline(
-                    self.cache_root, self.baseline_key(k), self._expanded(k), lambda: self._sample_baseline(k)
+                self._sft[k, seed], hit, _ = bc.load_or_sample_baseline(
+                    self.cache_root, self.baseline_key(k, seed), self._expanded(k), draw
                 )
                 self.baseline_cache_hit = hit if self.baseline_cache_hit is None else self.baseline_cache_hit and hit
-        return self._sft[k]
+        return self._sft[k, seed]
 
     def _expanded(self, k: int) -> list[str]:
         """Each prompt ``k`` times, in the order responses are sampled (prompt-major)."""
@@ -254,7 +260,7 @@ class Evaluator:
         terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
         del pol, judge, stand_in
         ps = audit.per_sample
-        ps["kl"] += klm.sequence_sum(terms.kl, mask).tolist()
+        ps["true"] += klm.sequence_sum(terms.kl, mask).tolist()
         est = klm.kl_estimators(terms.logp, terms.judge_logp)
         ps["k1"] += klm.sequence_sum(est["k1"], mask).tolist()
         ps["k3"] += klm.sequence_sum(est["k3"], mask).tolist()
@@ -269,7 +275,7 @@ class Evaluator:
     def _kl_metrics(self, audit: _Audit) -> dict[str, float]:
         """kl/*: means over the samples of the per-response sums, and the regime's per-token log-prob errors."""
         ps, reasons = audit.per_sample, audit.reasons
-        kl_true = mm.mean(ps["kl"])
+        kl_true = mm.mean(ps["true"])
         kl_approx = float("nan") if "kl_approx" in reasons else mm.mean(ps["kl_approx"])
         if "kl_approx" in reasons:
             reasons["kl_abs_err"] = reasons["kl_approx"]
@@ -327,8 +333,9 @@ class Evaluator:
         reasons, ps = audit.reasons, audit.per_sample
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
-        wr = mm.win_rate(rewards, sft["rewards"])
         groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
+        indep = self.sft_baseline(k, independent=True)  # the win rate's opponent: SFT samples drawn independently
+        wr = mm.win_rate_by_group(rewards, indep["rewards"], groups)
         delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=groups)
         if self.proxy is not None:
             proxy_mean = mm.mean(self.proxy(texts, prompts))
@@ -356,41 +363,20 @@ class Evaluator:
             **fidelity,
         }
         approx = ps["kl_approx"] if "kl_approx" not in reasons else [float("nan")] * len(texts)
-        samples = [
-            {
-                "step": step,
-                "prompt": p,
-                "sample": i % k,
-                "policy_response": t,
-                "sft_response": st,
-                "policy_reward": r,
-                "sft_reward": sr,
-                "policy_unsafe_prob": u,
-                "sft_unsafe_prob": su,
-                "kl_true": kl,
-                "kl_k1": k1,
-                "kl_k3": k3,
-                "kl_approx": ka,
-                "length": n,
-                "truncated": bool(tr),
-            }
-            for i, (p, t, st, r, sr, u, su, kl, k1, k3, ka, n, tr) in enumerate(
-                zip(
-                    prompts,
-                    texts,
-                    sft["texts"],
-                    rewards,
-                    sft["rewards"],
-                    unsafe_p,
-                    sft["unsafe"],
-                    ps["kl"],
-                    ps["k1"],
-                    ps["k3"],
-                    approx,
-                    ps["len"],
-                    ps["truncated"],
-                    strict=True,
-                )
-            )
-        ]
+        columns = {
+            "prompt": prompts,
+            "sample": [i % k for i in range(len(texts))],
+            "policy_response": texts,
+            "sft_response": sft["texts"],
+            "policy_reward": rewards,
+            "sft_reward": sft["rewards"],
+            "sft_indep_reward": indep["rewards"],
+            "policy_unsafe_prob": unsafe_p,
+            "sft_unsafe_prob": sft["unsafe"],
+            **{f"kl_{c}": ps[c] for c in ("true", "k1", "k3")},
+            "kl_approx": approx,
+            "length": ps["len"],
+            "truncated": [bool(x) for x in ps["truncated"]],
+        }
+        samples = [{"step": step, **row} for row in rows_of(columns)]
         return EvalResult(step, metrics, samples, reasons, final)

@@ -156,3 +156,25 @@ def paired_delta(
     for a, b, g in zip(policy, baseline, groups):
         by_group.setdefault(g, []).append(float(a) - float(b))
     return mean_ci([mean(d) for d in by_group.values()], confidence)
+
+
+def win_rate_by_group(
+    policy: Sequence[float], opponent: Sequence[float], groups: Sequence[int], confidence: float = 0.95
+) -> dict[str, float]:
+    """The win rate of ``policy`` over ``opponent`` (independent samples; ties count half) with a Student-t interval
+    that treats the group (the prompt) as the unit: each group's mean score is one observation."""
+    if not len(policy) == len(opponent) == len(groups):
+        raise ValueError(f"length mismatch: {len(policy)} policy, {len(opponent)} opponent, {len(groups)} groups")
+    by_group: dict[int, list[float]] = {}
+    for a, b, g in zip(policy, opponent, groups):
+        by_group.setdefault(g, []).append(1.0 if a > b else 0.5 if a == b else 0.0)
+    rate, lo, hi = mean_ci([mean(s) for s in by_group.values()], confidence)
+    return {"win_rate": rate, "win_rate_lo": lo, "win_rate_hi": hi}
+
+
+def rows_of(columns: dict[str, Sequence]) -> list[dict]:
+    """Equal-length columns as rows (dicts in the columns' order); unequal lengths raise ``ValueError``."""
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"columns of unequal lengths: { {k: len(v) for k, v in columns.items()} }")
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -72,14 +72,14 @@ METRICS: list[Metric] = [
            "optimiser steps completed",
            required=True, status=Column("steps", 5, "{:d}")),
     Metric("win_rate", "eval/win_rate", "share", "higher",
-           "share of the evaluation's response pairs (same prompt, same sample index, same noise) in which the "
-           "policy's response beats the SFT model's by gold reward (ties count half)",
+           "share of the evaluation's responses that beat an independent SFT sample of the same prompt by gold "
+           "reward (ties count half); at step 0 it is 0.5 up to sampling noise",
            required=True, compared=True, status=Column("win", 6, "{:.3f}"), label="win rate"),
     Metric("win_rate_lo", "eval/win_rate_lo", "share", None,
-           "95% Wilson interval, lower end (valid but conservative with half ties)",
+           "95% Student-t interval over prompts (a prompt's mean score is one observation), lower end",
            required=True),
     Metric("win_rate_hi", "eval/win_rate_hi", "share", None,
-           "95% Wilson interval, upper end (valid but conservative with half ties)",
+           "95% Student-t interval over prompts, upper end",
            required=True),
     Metric("reward_gold", "eval/reward_gold", "VADER compound", "higher",
            "mean gold reward (VADER compound) of the policy's evaluation responses",

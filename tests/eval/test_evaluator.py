@@ -29,8 +29,22 @@ def test_policy_equal_to_reference_has_zero_kl(evaluator, tiny_source, ref_ctx):
     assert m["kl/true_k1"] == 0.0 and m["kl/true_k3"] == 0.0
     assert m["kl/logp_max_err"] < 1e-4
     assert len(res.samples) == 6
-    assert 0.0 <= m["eval/win_rate_lo"] <= m["eval/win_rate"] <= m["eval/win_rate_hi"] <= 1.0
+    # a t interval over 6 prompts, not clipped to [0, 1]: the win rate is against independent SFT samples
+    assert m["eval/win_rate_lo"] <= m["eval/win_rate"] <= m["eval/win_rate_hi"] and 0.0 <= m["eval/win_rate"] <= 1.0
     assert m["eval/ppl"] > 1.0 and m["eval/length"] > 0
+
+
+def test_the_win_rate_is_against_independent_sft_samples_scored_per_prompt(evaluator, tiny_source, ref_ctx):
+    policy = load_model(tiny_source, torch.device("cpu"))
+    res = evaluator.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=0)
+    rows = res.samples
+    assert [r["policy_response"] for r in rows] == [r["sft_response"] for r in rows]  # coupled: the SFT's own
+    indep = evaluator.sft_baseline(1, independent=True)
+    assert indep["texts"] != evaluator.sft_baseline(1)["texts"]  # another draw
+    wins = [1.0 if r["policy_reward"] > r["sft_indep_reward"] else 0.5 if r["policy_reward"] == r["sft_indep_reward"]
+            else 0.0 for r in rows]  # fmt: skip
+    assert res.metrics["eval/win_rate"] == pytest.approx(sum(wins) / len(wins), abs=1e-12)
+    assert res.metrics["eval/reward_delta"] == 0.0
 
 
 def test_a_moved_policy_has_positive_kl_and_full_audits_exactly(evaluator, tiny_source, ref_ctx):
@@ -155,5 +169,5 @@ def test_samples_per_prompt_final_and_interim(tiny_source, tokenizer, ref_ctx):
     assert [s["prompt"] for s in final.samples[::3]] == ev.prompts == [s["prompt"] for s in interim.samples]
     assert [s["policy_response"] for s in final.samples[::3]] == [s["policy_response"] for s in interim.samples]
     for res in (interim, final):
-        assert res.metrics["eval/reward_delta"] == 0.0 and res.metrics["eval/win_rate"] == 0.5
+        assert res.metrics["eval/reward_delta"] == 0.0  # (the win rate is against independent samples)
     assert len(ev.sft_baseline(3)["texts"]) == 18 and ev.sft_baseline(1)["texts"] == ev.sft_baseline(3)["texts"][::3]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from ablate.eval.metrics import (
     distinct_n,
@@ -152,3 +154,23 @@ def test_paired_delta_is_exactly_zero_for_identical_scores() -> None:
     assert paired_delta([0.3, -0.2, 0.7], [0.3, -0.2, 0.7], groups=[0, 1, 2]) == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="length mismatch"):
         paired_delta([1.0], [1.0, 2.0], groups=[0])
+
+
+def test_win_rate_by_group_scores_each_prompt_once_with_ties_half():
+    from ablate.eval.metrics import win_rate_by_group
+
+    # prompt 0: win, tie (0.75); prompt 1: loss, loss (0); prompt 2: win, win (1)
+    out = win_rate_by_group([2, 1, 0, 0, 5, 5], [1, 1, 1, 1, 0, 0], groups=[0, 0, 1, 1, 2, 2])
+    assert out["win_rate"] == pytest.approx(1.75 / 3)
+    half = stats.t.ppf(0.975, 2) * np.std([0.75, 0.0, 1.0], ddof=1) / np.sqrt(3)
+    assert (out["win_rate_lo"], out["win_rate_hi"]) == pytest.approx((1.75 / 3 - half, 1.75 / 3 + half))
+    with pytest.raises(ValueError, match="length mismatch"):
+        win_rate_by_group([1], [1, 2], groups=[0])
+
+
+def test_rows_of_refuses_columns_of_unequal_length():
+    from ablate.eval.metrics import rows_of
+
+    assert rows_of({"a": [1, 2], "b": ["x", "y"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+    with pytest.raises(ValueError, match="unequal"):
+        rows_of({"a": [1, 2], "b": ["x"]})

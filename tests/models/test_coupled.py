@@ -272,19 +272,19 @@ def test_step_0_policy_responses_equal_the_sft_baseline_token_for_token(tiny_sou
     ev = tiny_evaluator(tiny_source, tokenizer, n_heldout=2)
     drawn, sample_as_it_does = [], ev._sample
 
-    def recorded(m, desc, k):
-        drawn.append((m, sample_as_it_does(m, desc, k)))
+    def recorded(m, desc, k, seed=None):
+        drawn.append((m, sample_as_it_does(m, desc, k, seed)))
         return drawn[-1][1]
 
     monkeypatch.setattr(ev, "_sample", recorded)
     policy = load_model(tiny_source, torch.device("cpu"))  # the step-0 policy: the SFT model
     res = ev.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=0)
-    assert [m for m, _ in drawn] == [ev.judge, policy]  # the baseline, then the policy
-    sft, pol = (_responses(batches) for _, batches in drawn)
-    assert len(pol) == len(ev.prompts) and pol == sft
+    assert [m for m, _ in drawn] == [ev.judge, policy, ev.judge]  # the baseline, the policy, the win rate's opponent
+    sft, pol, independent = (_responses(batches) for _, batches in drawn)
+    assert len(pol) == len(ev.prompts) and pol == sft and independent != sft
     assert [s["policy_response"] for s in res.samples] == [s["sft_response"] for s in res.samples]
     m = res.metrics
-    assert m["eval/reward_gold"] == m["eval/reward_gold_sft"] and m["eval/win_rate"] == 0.5
+    assert m["eval/reward_gold"] == m["eval/reward_gold_sft"] and m["eval/reward_delta"] == 0.0
     assert (m["eval/reward_delta"], m["eval/reward_delta_lo"], m["eval/reward_delta_hi"]) == (0.0, 0.0, 0.0)
 
 
