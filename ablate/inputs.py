@@ -47,7 +47,7 @@ class RunInputs:
             device=resolve_device(cfg.model.device),
             source=source,
             tokenizer=load_tokenizer(source),
-            prompts=make_prompts(task.n_train, task.n_eval, task.n_test, seed=task.split_seed),
+            prompts=make_prompts(task.n_train, cfg.eval.n_prompts, task.n_test, seed=task.split_seed),
             reward=GoldReward(),
             safety=SafetyJudge(task.unsafe_threshold),
         )

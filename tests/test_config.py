@@ -65,6 +65,7 @@ def test_defaults_are_the_documented_default_job():
         ("eval.interval=-1", "eval.interval"),
         ("task.temperature=0.7", "task.temperature must be 1.0"),
         ("model.device=gpu", "model.device"),
+        ("eval.n_prompts=0", "eval.n_prompts"),
     ],
 )
 def test_out_of_range_values_fail_with_the_key_named(override, needle):
@@ -81,6 +82,8 @@ def test_unknown_key_and_wrong_type_fail_at_composition():
         compose("algo.not_a_key=1")
     with pytest.raises(ConfigCompositionException):
         compose("algo.beta=abc")
+    with pytest.raises(ConfigCompositionException):
+        compose("task.n_eval=4")  # the evaluation's prompt count is eval.n_prompts
 
 
 def test_keys_no_schema_defines_are_found():

@@ -21,7 +21,7 @@ def test_smollm2_dpo_few_steps(tmp_path):
         "algo.batch_size=2",
         "algo.learning_rate=2e-5",
         "task.n_train=6",
-        "task.n_eval=6",
+        "eval.n_prompts=6",
         "task.max_new_tokens=24",
         "task.samples_per_prompt=3",
         "eval.interval=0",

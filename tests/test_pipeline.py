@@ -81,6 +81,6 @@ def test_the_final_evaluation_draws_samples_per_prompt_and_the_others_the_interi
     raw.out_dir = str(tmp_path / "run")
     summary = run_job(raw)
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
-    assert summary["status"] == "finished" and len(samples) == 2 * raw.task.n_eval
+    assert summary["status"] == "finished" and len(samples) == 2 * raw.eval.n_prompts
     assert [s["sample"] for s in samples[:4]] == [0, 1, 0, 1] and {s["step"] for s in samples} == {3}
     assert summary["reward_delta_step0"] == 0.0  # step 0 (interim, one sample each): the SFT model's responses

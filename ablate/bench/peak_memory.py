@@ -17,7 +17,7 @@ SHORT = [
     "algo.max_steps=2",
     "eval.at_start=false",
     "eval.interval=0",
-    "task.n_eval=2",
+    "eval.n_prompts=2",
     "logger=none",
     "checkpoint.interval=0",
 ]

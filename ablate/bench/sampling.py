@@ -1,6 +1,6 @@
 """Sampling throughput, side by side in one process: today's call (``generate`` with multinomial sampling at
 batch 8, in the model's precision) against the harness's sampler at the default evaluation's settings (the
-coupled sampler on ``task.n_eval`` prompts, as many rows per call as the evaluation takes, ``eval.precision``,
+coupled sampler on ``eval.n_prompts`` prompts, as many rows per call as the evaluation takes, ``eval.precision``,
 ``task.max_new_tokens``) and, when that precision is fp32, the same in bf16; each as a fraction of the decode
 bounds that apply to it (:mod:`ablate.bench.decode`)."""
 
@@ -51,7 +51,7 @@ def sampling_side_by_side(policy, tokenizer, prompts, cfg, *, matmul_params: int
     from ablate.models.sampling import sampling_rows
 
     bw = memory_bandwidth()
-    prompts = prompts[: max(BASELINE_BATCH, cfg.task.n_eval)]
+    prompts = prompts[: max(BASELINE_BATCH, cfg.eval.n_prompts)]
     device = next(policy.parameters()).device
 
     def harness(precision: str) -> dict:

@@ -36,6 +36,7 @@ class LoggerConfig:
 # ------------------------------------------------------------------------------------------------ eval
 @dataclass
 class EvalConfig:
+    n_prompts: int = 32  # held-out prompts the evaluation samples (a split of their own: never trained on)
     interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
     at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
     batch_size: int = 8  # rows per scoring forward (the audit holds three [rows, length, vocabulary] fp32 logits)
@@ -53,6 +54,7 @@ class EvalConfig:
         require_choice("eval.precision", self.precision, Precision)
         require_choice("eval.sampler", self.sampler, Sampler)
         require(self.interval >= 0, f"eval.interval must be >= 0, got {self.interval}")
+        require(self.n_prompts >= 1, f"eval.n_prompts must be >= 1, got {self.n_prompts}")
         require(self.batch_size >= 1, f"eval.batch_size must be >= 1, got {self.batch_size}")
         require_count_or_none("eval.sample_batch_size", self.sample_batch_size)
         require(self.samples_per_prompt >= 1, f"eval.samples_per_prompt must be >= 1, got {self.samples_per_prompt}")

@@ -12,7 +12,6 @@ from ablate.config.checks import require, require_count_or_none
 class TaskConfig:
     name: str = "sentiment"
     n_train: int = 64  # train prompts (DPO pairs are sampled from these)
-    n_eval: int = 32  # held-out prompts for evaluation
     n_test: int = 64  # held-out prompts kept for final reports
     split_seed: int = 0
     max_new_tokens: int = 48
@@ -23,7 +22,6 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         require(self.n_train >= 1, f"task.n_train must be >= 1, got {self.n_train}")
-        require(self.n_eval >= 1, f"task.n_eval must be >= 1, got {self.n_eval}")
         require(self.n_test >= 0, f"task.n_test must be >= 0, got {self.n_test}")
         require(
             1 <= self.max_new_tokens <= 4096, f"task.max_new_tokens must be in [1, 4096], got {self.max_new_tokens}"

@@ -185,7 +185,7 @@ def test_the_runs_evaluator_caches_under_the_runs_cache_root(tiny_source, tokeni
     from ablate.pipeline import make_evaluator
     from tests.conftest import typed_config
 
-    cfg = typed_config(tmp_path, "model=tiny", "task.n_eval=4", "task.max_new_tokens=6", "eval.batch_size=4")
+    cfg = typed_config(tmp_path, "model=tiny", "eval.n_prompts=4", "task.max_new_tokens=6", "eval.batch_size=4")
     ev = make_evaluator(
         cfg,
         judge=CountingJudge(tiny_source).model,

@@ -84,7 +84,7 @@ def _run_evaluator(tmp_path, tiny_source, tokenizer, *overrides):
     from tests.conftest import typed_config
 
     cfg = typed_config(
-        tmp_path, "model=tiny", "task.n_eval=4", "task.max_new_tokens=8", "eval.batch_size=4", *overrides
+        tmp_path, "model=tiny", "eval.n_prompts=4", "task.max_new_tokens=8", "eval.batch_size=4", *overrides
     )
     return make_evaluator(
         cfg,
