@@ -22,6 +22,7 @@ def test_smollm2_dpo_few_steps(tmp_path):
         "algo.learning_rate=2e-5",
         "task.n_train=6",
         "eval.n_prompts=6",
+        "eval.samples_per_prompt=1",
         "task.max_new_tokens=24",
         "task.samples_per_prompt=3",
         "eval.interval=0",

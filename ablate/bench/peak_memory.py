@@ -18,6 +18,7 @@ SHORT = [
     "eval.at_start=false",
     "eval.interval=0",
     "eval.n_prompts=2",
+    "eval.samples_per_prompt=1",
     "logger=none",
     "checkpoint.interval=0",
 ]

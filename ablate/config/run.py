@@ -36,7 +36,9 @@ class LoggerConfig:
 # ------------------------------------------------------------------------------------------------ eval
 @dataclass
 class EvalConfig:
-    n_prompts: int = 32  # held-out prompts the evaluation samples (a split of their own: never trained on)
+    # The defaults give the default job's final reward_delta an interval of about +-0.05 (README, "Measured"): 128
+    # prompts x 6 coupled samples at the final evaluation, one sample each at step 0 and in between.
+    n_prompts: int = 128  # held-out prompts the evaluation samples (a split of their own: never trained on)
     interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
     at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
     batch_size: int = 8  # rows per scoring forward (the audit holds three [rows, length, vocabulary] fp32 logits)
@@ -45,8 +47,8 @@ class EvalConfig:
     seed: int | None = None
     precision: str = "fp32"  # Precision of sampling and scoring: the samples come from the model whose KL is scored
     sampler: str = "coupled"  # Sampler (ablate.models.sampling): coupled gives the step-0 policy the SFT's responses
-    samples_per_prompt: int = 1  # coupled samples per prompt at the final evaluation (keys (prompt, 0..k-1))
-    interim_samples_per_prompt: int | None = None  # at step 0 and every `interval` steps; None: samples_per_prompt
+    samples_per_prompt: int = 6  # coupled samples per prompt at the final evaluation (keys (prompt, 0..k-1))
+    interim_samples_per_prompt: int | None = 1  # at step 0 and every `interval` steps; None: samples_per_prompt
     # audit what the algorithm consumes from its reference at step 0 and at the end (ablate.eval.fidelity)
     fidelity: bool = True
 

@@ -193,6 +193,16 @@ class Evaluator:
                 self.baseline_cache_hit = hit if self.baseline_cache_hit is None else self.baseline_cache_hit and hit
         return self._sft[k, seed]
 
+    def opponent_rewards(self, k: int) -> list[float]:
+        """The win rate's opponent for each of the ``k`` policy responses per prompt: an SFT response of the same
+        prompt drawn independently of it. With ``k >= 2``, the SFT model's coupled sample of the next index
+        (``(j + 1) mod k``: other noise, so independent, and no extra draw); with one, a second draw
+        (:meth:`sft_baseline` with ``independent``)."""
+        if k == 1:
+            return self.sft_baseline(1, independent=True)["rewards"]
+        coupled = self.sft_baseline(k)["rewards"]
+        return [coupled[i - i % k + (i % k + 1) % k] for i in range(len(coupled))]
+
     def _expanded(self, k: int) -> list[str]:
         """Each prompt ``k`` times, in the order responses are sampled (prompt-major)."""
         return [p for p in self.prompts for _ in range(k)]
@@ -334,8 +344,8 @@ class Evaluator:
         rewards = self.reward(texts)
         unsafe_p = self.safety.probs(texts)
         groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
-        indep = self.sft_baseline(k, independent=True)  # the win rate's opponent: SFT samples drawn independently
-        wr = mm.win_rate_by_group(rewards, indep["rewards"], groups)
+        opponent = self.opponent_rewards(k)
+        wr = mm.win_rate_by_group(rewards, opponent, groups)
         delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=groups)
         if self.proxy is not None:
             proxy_mean = mm.mean(self.proxy(texts, prompts))
@@ -370,7 +380,7 @@ class Evaluator:
             "sft_response": sft["texts"],
             "policy_reward": rewards,
             "sft_reward": sft["rewards"],
-            "sft_indep_reward": indep["rewards"],
+            "sft_indep_reward": opponent,
             "policy_unsafe_prob": unsafe_p,
             "sft_unsafe_prob": sft["unsafe"],
             **{f"kl_{c}": ps[c] for c in ("true", "k1", "k3")},

@@ -35,6 +35,7 @@ class CountingJudge:
 
 def _evaluator(tiny_source, tokenizer, judge, cache_root, *, prompts=PROMPTS, max_new_tokens=6, **eval_kw):
     eval_kw.setdefault("batch_size", 4)
+    eval_kw.setdefault("samples_per_prompt", 1)
     return tiny_evaluator(
         tiny_source,
         tokenizer,

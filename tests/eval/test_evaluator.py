@@ -84,7 +84,13 @@ def _run_evaluator(tmp_path, tiny_source, tokenizer, *overrides):
     from tests.conftest import typed_config
 
     cfg = typed_config(
-        tmp_path, "model=tiny", "eval.n_prompts=4", "task.max_new_tokens=8", "eval.batch_size=4", *overrides
+        tmp_path,
+        "model=tiny",
+        "eval.n_prompts=4",
+        "eval.samples_per_prompt=1",
+        "task.max_new_tokens=8",
+        "eval.batch_size=4",
+        *overrides,
     )
     return make_evaluator(
         cfg,
@@ -166,6 +172,9 @@ def test_samples_per_prompt_final_and_interim(tiny_source, tokenizer, ref_ctx):
     interim, final = ev.evaluate(policy, ref, step=0, final=False), ev.evaluate(policy, ref, step=0, final=True)
     assert (len(interim.samples), len(final.samples)) == (6, 18) and (interim.final, final.final) == (False, True)
     assert [s["sample"] for s in final.samples[:6]] == [0, 1, 2, 0, 1, 2]
+    # with 3 samples per prompt the win rate's opponent is the SFT's sample of the next index: no third draw
+    sft = [s["sft_reward"] for s in final.samples]
+    assert [s["sft_indep_reward"] for s in final.samples[:3]] == [sft[1], sft[2], sft[0]]
     assert [s["prompt"] for s in final.samples[::3]] == ev.prompts == [s["prompt"] for s in interim.samples]
     assert [s["policy_response"] for s in final.samples[::3]] == [s["policy_response"] for s in interim.samples]
     for res in (interim, final):

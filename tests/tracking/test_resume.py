@@ -20,6 +20,7 @@ BASE = [
     "eval.interval=3",
     "task.n_train=8",
     "eval.n_prompts=4",
+    "eval.samples_per_prompt=1",
     "task.max_new_tokens=12",
     "algo.batch_size=2",
     "logger=none",
