@@ -92,7 +92,7 @@ class FidelityProbe:
                 out.update(self.penalty_errors(policy, reference, fresh))
                 out["grad_cos"] = self.online_grad_cos(policy, reference)
         except (NotImplementedError, RuntimeError) as e:  # e.g. ref=cached, miss=error, on fresh samples
-            why.update({k: f"ref={reference.name}: {e}" for k, v in out.items() if math.isnan(v)})
+            why.update({k: str(e) for k, v in out.items() if math.isnan(v)})
         for k, v in out.items():
             if math.isnan(v):
                 why.setdefault(k, "undefined on this batch (no response tokens, or a constant reward)")
