@@ -14,7 +14,7 @@ from ablate import callbacks as cbs
 from ablate.algos.registry import Algorithm, algorithm
 from ablate.config import Config
 from ablate.eval.evaluator import Evaluator
-from ablate.eval.fidelity import FidelityProbe
+from ablate.eval.fidelity import FidelityProbe, probe_for
 from ablate.inputs import RunInputs, prepare_from_pairs
 from ablate.models.loading import add_adapter, tokenizer_fingerprint
 from ablate.refs import regime_class
@@ -69,18 +69,7 @@ def fidelity_probe(cfg: Config, inputs: RunInputs, algo: Algorithm, pairs) -> Fi
     batches = (
         pair_batches(inputs.tokenizer, pairs, cfg.algo.batch_size, cfg.algo.max_length) if algo.needs_pairs else None
     )
-    return FidelityProbe(
-        judge=inputs.frozen_copy(),
-        tokenizer=inputs.tokenizer,
-        algo=cfg.algo,
-        precision=cfg.model.precision,
-        device=inputs.device,
-        pair_batches=batches,
-        prompts=inputs.prompts["train"],
-        reward=inputs.reward,
-        max_new_tokens=cfg.task.max_new_tokens,
-        seed=cfg.seed,
-    )
+    return probe_for(cfg, inputs, algo=cfg.algo, pair_batches=batches, prompts=inputs.prompts["train"])
 
 
 def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any], resume=None) -> Reference:

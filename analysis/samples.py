@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ablate.eval.metrics import win_score
 from ablate.tracking.run_dir import SAMPLES_FILE
 
 #: the metrics samples.jsonl gives per prompt
@@ -33,12 +34,6 @@ INDEPENDENT, COUPLED = "independent SFT samples", "coupled SFT samples (older ru
 
 def _num(v) -> float:
     return math.nan if v is None else float(v)
-
-
-def _win(policy: float, sft: float) -> float:
-    if math.isnan(policy) or math.isnan(sft):
-        return math.nan
-    return 1.0 if policy > sft else 0.5 if policy == sft else 0.0
 
 
 def read_samples(path: str | Path) -> list[dict] | None:
@@ -62,7 +57,7 @@ def prompt_values(rows: list[dict]) -> pd.DataFrame:
             "prompt": [str(r["prompt"]) for r in rows],
             "reward_delta": [_num(r.get("policy_reward")) - _num(r.get("sft_reward")) for r in rows],
             "win_rate": [
-                _win(_num(r.get("policy_reward")), _num(r.get("sft_indep_reward" if indep else "sft_reward")))
+                win_score(_num(r.get("policy_reward")), _num(r.get("sft_indep_reward" if indep else "sft_reward")))
                 for r in rows
             ],
             "kl_true": [_num(r.get("kl_true")) for r in rows],

@@ -33,7 +33,7 @@ from ablate.audit.checks import check_regime_vocab, config_vocab
 from ablate.config import DPOConfig, GRPOAlgoConfig
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
-from ablate.eval.fidelity import FidelityProbe, logged_name
+from ablate.eval.fidelity import FidelityProbe, logged_name, probe_for
 from ablate.inputs import RunInputs, prepare_from_pairs
 from ablate.models.logprobs import next_token_logits
 from ablate.models.precision import autocast, unwrapped_forward
@@ -97,17 +97,8 @@ def build_bench(cfg, inputs: RunInputs, pairs: list, batches: list[TokenBatch], 
     policy = inputs.load()
     if cfg.model.adapter.enabled:
         policy = add_adapter(policy, cfg.model.adapter)
-    common = dict(
-        judge=inputs.frozen_copy(),
-        tokenizer=inputs.tokenizer,
-        precision=cfg.model.precision,
-        device=inputs.device,
-        reward=inputs.reward,
-        max_new_tokens=cfg.task.max_new_tokens,
-        seed=cfg.seed,
-    )
-    dpo = FidelityProbe(algo=dpo_settings(cfg), pair_batches=batches, **common)
-    online = FidelityProbe(algo=online_settings(cfg), prompts=prompts, **common)
+    dpo = probe_for(cfg, inputs, algo=dpo_settings(cfg), pair_batches=batches)
+    online = probe_for(cfg, inputs, algo=online_settings(cfg), prompts=prompts)
     log.info("audit: sampling %d fresh SFT responses", min(n_prompts, len(prompts)))
     with unwrapped_forward(policy):
         fresh = sample(

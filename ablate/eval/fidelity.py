@@ -192,6 +192,23 @@ class FidelityProbe:
         return cos
 
 
+def probe_for(cfg, inputs, *, algo, pair_batches=None, prompts=None) -> FidelityProbe:
+    """A probe over a run's inputs (:class:`ablate.inputs.RunInputs`) for the settings ``algo``: the judge is the
+    run's frozen SFT copy, the precision the policy's training precision, the reward the gold one."""
+    return FidelityProbe(
+        judge=inputs.frozen_copy(),
+        tokenizer=inputs.tokenizer,
+        algo=algo,
+        precision=cfg.model.precision,
+        device=inputs.device,
+        pair_batches=pair_batches,
+        prompts=prompts,
+        reward=inputs.reward,
+        max_new_tokens=cfg.task.max_new_tokens,
+        seed=cfg.seed,
+    )
+
+
 # ------------------------------------------------------------------------------------------------ helpers
 def logged_name(key: str) -> str:
     """The ``kl/...`` name a fidelity summary key is logged under (``kl_penalty_err_mean``: ``kl/penalty_err_mean``)."""

@@ -1,6 +1,5 @@
-"""Scalar evaluation metrics: win rates with Wilson intervals, repetition and
-diversity of generated text, means with t-based confidence intervals, and paired
-differences with intervals over prompts.
+"""Scalar evaluation metrics: repetition and diversity of generated text, means with t-based confidence
+intervals, and paired differences and win rates with intervals over prompts (the prompt as the unit).
 
 Honest-numbers rule: no metric clamps its value; a metric that cannot be
 computed (empty input, too few items) returns ``float('nan')``.
@@ -17,63 +16,6 @@ from scipy import stats
 
 _WORD_RE = re.compile(r"\w+")
 NAN = float("nan")
-
-
-def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion.
-
-    ``successes`` may be fractional (e.g. ties counted as half a win).
-    Returns ``(nan, nan)`` when ``n == 0``. Raises ``ValueError`` unless
-    ``0 <= successes <= n`` and ``0 < confidence < 1``.
-    """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if math.isnan(successes) or successes < 0 or successes > n:
-        raise ValueError(f"successes must be in [0, n={n}], got {successes}")
-    if n == 0:
-        return (NAN, NAN)
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
-    p_hat = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p_hat + z2 / (2.0 * n)) / denom
-    half = (z / denom) * math.sqrt(p_hat * (1.0 - p_hat) / n + z2 / (4.0 * n * n))
-    return (centre - half, centre + half)
-
-
-def win_rate(policy_scores: Sequence[float], baseline_scores: Sequence[float]) -> dict[str, float]:
-    """Pairwise win rate of policy over baseline; ties count half.
-
-    Scores are compared exactly (equal means tie). Returns ``win_rate``,
-    its Wilson 95% bounds ``win_rate_lo``/``win_rate_hi``, and the counts
-    ``wins``, ``ties``, ``losses``, ``n``. Empty input gives nan rate and
-    interval with zero counts. Length mismatch raises ``ValueError``.
-    """
-    pol = list(policy_scores)
-    base = list(baseline_scores)
-    if len(pol) != len(base):
-        raise ValueError(f"length mismatch: {len(pol)} policy vs {len(base)} baseline scores")
-    wins = sum(1 for a, b in zip(pol, base) if a > b)
-    ties = sum(1 for a, b in zip(pol, base) if a == b)
-    n = len(pol)
-    losses = n - wins - ties
-    if n == 0:
-        rate, lo, hi = NAN, NAN, NAN
-    else:
-        score = wins + 0.5 * ties
-        rate = score / n
-        lo, hi = wilson_interval(score, n, 0.95)
-    return {
-        "win_rate": rate,
-        "win_rate_lo": lo,
-        "win_rate_hi": hi,
-        "wins": wins,
-        "ties": ties,
-        "losses": losses,
-        "n": n,
-    }
 
 
 def words(text: str) -> list[str]:
@@ -152,10 +94,22 @@ def paired_delta(
     difference is one observation, so samples of one prompt are not counted as independent."""
     if not len(policy) == len(baseline) == len(groups):
         raise ValueError(f"length mismatch: {len(policy)} policy, {len(baseline)} baseline, {len(groups)} groups")
+    return mean_ci(group_means([float(a) - float(b) for a, b in zip(policy, baseline)], groups), confidence)
+
+
+def group_means(values: Sequence[float], groups: Sequence[int]) -> list[float]:
+    """The mean of ``values`` within each group, in the order the groups first appear."""
     by_group: dict[int, list[float]] = {}
-    for a, b, g in zip(policy, baseline, groups):
-        by_group.setdefault(g, []).append(float(a) - float(b))
-    return mean_ci([mean(d) for d in by_group.values()], confidence)
+    for v, g in zip(values, groups, strict=True):
+        by_group.setdefault(g, []).append(v)
+    return [mean(v) for v in by_group.values()]
+
+
+def win_score(policy: float, opponent: float) -> float:
+    """One comparison's score: 1 for a win, 0.5 for a tie, 0 for a loss; NaN when either score is NaN."""
+    if math.isnan(policy) or math.isnan(opponent):
+        return NAN
+    return 1.0 if policy > opponent else 0.5 if policy == opponent else 0.0
 
 
 def win_rate_by_group(
@@ -165,10 +119,7 @@ def win_rate_by_group(
     that treats the group (the prompt) as the unit: each group's mean score is one observation."""
     if not len(policy) == len(opponent) == len(groups):
         raise ValueError(f"length mismatch: {len(policy)} policy, {len(opponent)} opponent, {len(groups)} groups")
-    by_group: dict[int, list[float]] = {}
-    for a, b, g in zip(policy, opponent, groups):
-        by_group.setdefault(g, []).append(1.0 if a > b else 0.5 if a == b else 0.0)
-    rate, lo, hi = mean_ci([mean(s) for s in by_group.values()], confidence)
+    rate, lo, hi = mean_ci(group_means([win_score(a, b) for a, b in zip(policy, opponent)], groups), confidence)
     return {"win_rate": rate, "win_rate_lo": lo, "win_rate_hi": hi}
 
 

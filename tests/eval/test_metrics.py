@@ -15,80 +15,8 @@ from ablate.eval.metrics import (
     mean_rep_n,
     paired_delta,
     rep_n,
-    wilson_interval,
-    win_rate,
     words,
 )
-
-Z95 = 1.959963984540054  # standard normal 0.975 quantile
-
-
-def _wilson_closed_form(s: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Independent textbook form: (s + z^2/2 -+ z*sqrt(s(n-s)/n + z^2/4)) / (n + z^2)."""
-    root = z * math.sqrt(s * (n - s) / n + z * z / 4)
-    return ((s + z * z / 2 - root) / (n + z * z), (s + z * z / 2 + root) / (n + z * z))
-
-
-def test_wilson_8_of_10_known_values() -> None:
-    lo, hi = wilson_interval(8, 10)
-    assert lo == pytest.approx(0.4902, abs=1e-4)
-    assert hi == pytest.approx(0.9433, abs=1e-4)
-    elo, ehi = _wilson_closed_form(8, 10)
-    assert lo == pytest.approx(elo, abs=1e-12)
-    assert hi == pytest.approx(ehi, abs=1e-12)
-
-
-def test_wilson_extremes_and_fractional() -> None:
-    lo, hi = wilson_interval(0, 10)
-    assert lo == pytest.approx(0.0, abs=1e-12)
-    assert hi == pytest.approx(_wilson_closed_form(0, 10)[1], abs=1e-12)
-    lo, hi = wilson_interval(2.5, 7)
-    elo, ehi = _wilson_closed_form(2.5, 7)
-    assert (lo, hi) == (pytest.approx(elo, abs=1e-12), pytest.approx(ehi, abs=1e-12))
-
-
-def test_wilson_other_confidence_is_narrower() -> None:
-    lo90, hi90 = wilson_interval(8, 10, confidence=0.90)
-    elo, ehi = _wilson_closed_form(8, 10, z=1.6448536269514722)
-    assert lo90 == pytest.approx(elo, abs=1e-12)
-    assert hi90 == pytest.approx(ehi, abs=1e-12)
-
-
-def test_wilson_n0_is_nan() -> None:
-    lo, hi = wilson_interval(0, 0)
-    assert math.isnan(lo) and math.isnan(hi)
-
-
-@pytest.mark.parametrize("s,n", [(-1, 10), (11, 10), (0.5, 0), (float("nan"), 3)])
-def test_wilson_invalid_successes_raise(s: float, n: int) -> None:
-    with pytest.raises(ValueError):
-        wilson_interval(s, n)
-
-
-def test_win_rate_counts_with_ties() -> None:
-    policy = [3.0, 1.0, 2.0, 5.0, 0.0]
-    base = [1.0, 1.0, 4.0, 2.0, 0.0]
-    out = win_rate(policy, base)
-    assert (out["wins"], out["ties"], out["losses"], out["n"]) == (2, 2, 1, 5)
-    assert out["win_rate"] == pytest.approx(3.0 / 5.0)
-    elo, ehi = _wilson_closed_form(3.0, 5)
-    assert out["win_rate_lo"] == pytest.approx(elo, abs=1e-12)
-    assert out["win_rate_hi"] == pytest.approx(ehi, abs=1e-12)
-
-
-def test_win_rate_ties_count_half() -> None:
-    out = win_rate([1, 1, 1, 1], [1, 1, 1, 1])
-    assert out["win_rate"] == 0.5
-    assert out["wins"] == 0 and out["ties"] == 4 and out["losses"] == 0
-
-
-def test_win_rate_empty_and_mismatch() -> None:
-    out = win_rate([], [])
-    assert math.isnan(out["win_rate"])
-    assert math.isnan(out["win_rate_lo"]) and math.isnan(out["win_rate_hi"])
-    assert (out["wins"], out["ties"], out["losses"], out["n"]) == (0, 0, 0, 0)
-    with pytest.raises(ValueError):
-        win_rate([1.0, 2.0], [1.0])
 
 
 def test_words_lowercases_and_drops_punctuation() -> None:
@@ -166,6 +94,13 @@ def test_win_rate_by_group_scores_each_prompt_once_with_ties_half():
     assert (out["win_rate_lo"], out["win_rate_hi"]) == pytest.approx((1.75 / 3 - half, 1.75 / 3 + half))
     with pytest.raises(ValueError, match="length mismatch"):
         win_rate_by_group([1], [1, 2], groups=[0])
+
+
+def test_a_win_score_is_one_half_or_zero_and_nan_without_both_scores():
+    from ablate.eval.metrics import win_score
+
+    assert (win_score(2, 1), win_score(1, 1), win_score(0, 1)) == (1.0, 0.5, 0.0)
+    assert math.isnan(win_score(float("nan"), 1.0)) and math.isnan(win_score(1.0, float("nan")))
 
 
 def test_rows_of_refuses_columns_of_unequal_length():
