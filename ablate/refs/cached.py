@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.cache import CacheEntry
-from ablate.config import RefConfig, require
+from ablate.config import RefConfig, require, require_count_or_none
 from ablate.models.precision import autocast
 from ablate.refs.base import Reference, TokenBatch, module_bytes, register
 from ablate.refs.model_backed import freeze, token_logprobs
@@ -42,14 +42,17 @@ class CachedRefConfig(RefConfig):
     miss: str = (
         "auto"  # skip | fallback | error | auto (settled by validate: error for DPO, skip for online algorithms)
     )
-    batch_size: int = 8  # precompute batch size, in pairs (2x as many sequences, laid out as DPO's batches)
+    # precompute batch size, in pairs (2x as many sequences, laid out as DPO's batches); None: algo.batch_size, so
+    # the values are those a full reference gives on DPO's own batches (in bf16 the padding of a batch changes the
+    # rounding of every row in it: other batches would differ from full in the 4th digit)
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         require(
             self.miss in ("skip", "fallback", "error", "auto"),
             f"ref.miss must be skip, fallback, error or auto, got {self.miss!r}",
         )
-        require(self.batch_size >= 1, f"ref.batch_size must be >= 1, got {self.batch_size}")
+        require_count_or_none("ref.batch_size", self.batch_size)
 
 
 def row_key(batch: TokenBatch, i: int) -> str:
@@ -67,9 +70,12 @@ class CachedReference(Reference):
 
     @classmethod
     def resolve(cls, cfg) -> None:
-        """``miss=auto``: ``error`` for DPO (every training pair is cached), ``skip`` for online algorithms."""
+        """``miss=auto``: ``error`` for DPO (every training pair is cached), ``skip`` for online algorithms;
+        ``batch_size=None``: the algorithm's batch size."""
         if cfg.ref.miss == "auto":
             cfg.ref.miss = "error" if cfg.algo.name == "dpo" else "skip"
+        if cfg.ref.batch_size is None:
+            cfg.ref.batch_size = cfg.algo.batch_size
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -111,7 +117,7 @@ class CachedReference(Reference):
             "truncation": "keep_start",
             "data": data_fingerprint,
             "precision": str(self.ctx.precision),
-            "format": 1,
+            "format": 2,
         }
 
     def prepare(self, batches: Iterable[TokenBatch]) -> None:
@@ -121,7 +127,9 @@ class CachedReference(Reference):
         t0 = time.perf_counter()
         batches = list(batches)
         keys = [row_key(b, i) for b in batches for i in range(b.input_ids.shape[0])]
-        data_fp = hashlib.sha256("\n".join(keys).encode()).hexdigest()
+        # the batches' padded shapes too: in bf16 a batch's padding changes the rounding of every row in it
+        layout = [f"{tuple(b.input_ids.shape)}" for b in batches]
+        data_fp = hashlib.sha256("\n".join(keys + layout).encode()).hexdigest()
         self.entry = CacheEntry(self.ctx.cache_root, "refs/cached", self.cache_key(data_fp))
         if not self.entry.valid():
             self._build(batches, keys)

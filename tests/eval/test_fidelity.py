@@ -71,6 +71,19 @@ def test_cached_gives_exactly_what_full_gives(tiny_source, tokenizer, ref_ctx, t
     assert cached.hits == 0  # the audit leaves the regime's own statistics to training
 
 
+def test_cached_on_dpos_batches_gives_exactly_what_full_gives_in_bf16(tiny_source, tokenizer, ref_ctx, tmp_path):
+    """In bf16 a batch's padding changes the rounding of its rows: cached precomputes in DPO's own batches (its
+    default ``ref.batch_size``), so full's figures and cached's agree to the last digit there too."""
+    algo = DPOConfig(batch_size=2)
+    probe, policy = _probe(tiny_source, tokenizer, algo, precision="bf16"), load_model(tiny_source, CPU)
+    ctx = dataclasses.replace(ref_ctx, precision="bf16", max_length=128, cache_root=str(tmp_path))
+    cached = CachedReference(CachedRefConfig(miss="error", batch_size=algo.batch_size), ctx)
+    cached.prepare(pair_batches(tokenizer, PAIRS, algo.batch_size, 128))
+    m_cached = _measure(probe, policy, cached)
+    m_full = _measure(probe, policy, FullReference(FullRefConfig(), ctx))
+    assert m_cached == m_full and m_full["margin_err_max"] > 0  # the same nonzero zero line of bf16
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_bf16_has_its_own_zero_line_and_int8_a_larger_error(tiny_source, tokenizer, ref_ctx):
     probe = _probe(tiny_source, tokenizer, DPOConfig(batch_size=2), precision="bf16")

@@ -279,8 +279,27 @@ def test_cached_miss_auto_is_settled_by_validate_not_at_run_time(tmp_path, ref_c
         assert cfg.ref.miss == "auto"
         validate(cfg)
         assert cfg.ref.miss == miss
+        assert cfg.ref.batch_size == cfg.algo.batch_size  # precomputed in the algorithm's own batches
     with pytest.raises(ConfigError, match="miss=auto is settled when the config is validated"):
         CachedReference(CachedRefConfig(), ref_ctx)
+
+
+def test_cached_keys_its_cache_on_the_batches_it_precomputed(tokenizer, ref_ctx, tmp_path):
+    """In bf16 a batch's padding changes the rounding of its rows: the same pairs in other batches are another
+    cache entry, never a stale one."""
+    import dataclasses
+
+    from ablate.tasks.pair_tokens import pair_batches
+    from ablate.tasks.pairs import Pair
+
+    pairs = [Pair(f"Review film {i}.", "Lovely" + " and warm" * i, "Dull.", 0.5, -0.5) for i in range(4)]
+    ctx = dataclasses.replace(ref_ctx, max_length=64, cache_root=str(tmp_path))
+    paths = set()
+    for rows in (2, 4):
+        ref = CachedReference(CachedRefConfig(miss="error", batch_size=rows), ctx)
+        ref.prepare(pair_batches(tokenizer, pairs, rows, 64))
+        paths.add(ref.entry.path)
+    assert len(paths) == 2
 
 
 def test_cached_reads_the_algorithm_by_name_not_the_config(ref_ctx):
