@@ -1,5 +1,15 @@
-"""``ref=topk``: only the top-k reference log-probs per position are kept (as sparse-logit caches and
-distillation pipelines store them); a token outside the top-k gets its log-prob from a tail model.
+"""``ref=topk``: the reference as a service that returns only the top-k log-probs per position (as sparse-logit
+caches, distillation pipelines and hosted scoring APIs do); a token outside the top k gets its log-prob from a
+tail model. ``keep_sampled`` says which of the two real services it stands for:
+
+- ``keep_sampled=true`` (default): a **scoring endpoint** (``/completions`` with ``echo`` + ``logprobs=k``,
+  vLLM's ``prompt_logprobs=k``): it returns the scored token's own log-prob next to the top k, so the per-token
+  log-probs training uses (:meth:`~ablate.refs.base.Reference.logprobs`) are the reference's, exactly (those of
+  ``ref=full``); only the next-token distribution (what the KL audit reads) is the top-k + tail form.
+- ``keep_sampled=false``: a **top-logprobs endpoint** (only the top k, e.g. ``k <= 20``): a scored token outside
+  the top k gets the tail model's value in training too.
+
+Tail models:
 
 - ``tail=bucket``: the top-k keep their true log-probs; the remaining mass is spread evenly over the
   other ``V - k`` tokens.
@@ -7,8 +17,9 @@ distillation pipelines store them); a token outside the top-k gets its log-prob 
   to the rest of the mass (so the top-k's own mass is overstated, the tail's understated).
 
 Both are proper distributions. The model runs as for ``full``; what is measured is the fidelity lost by
-keeping only ``k`` entries per position, whose storage, ``k * (4 + 4) + 4`` bytes (value, index, tail
-term), is reported as ``stored_bytes_per_position`` (against ``4 V`` for the full distribution).
+keeping only ``k`` entries per position. Their storage is reported as ``stored_bytes_per_position`` (against
+``4 V`` for the full distribution): ``k * (4 + 4) + 4`` bytes (value, index, tail term), plus 4 for the scored
+token's value with ``keep_sampled`` (no index: the caller names the token it scores).
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from ablate.config import RefConfig, require
 from ablate.refs.base import TokenBatch, register
 from ablate.refs.model_backed import ModelReference, next_token_logits
 
+FLOAT_BYTES = INDEX_BYTES = 4
+
 
 @dataclass
 class TopKRefConfig(RefConfig):
@@ -29,6 +42,7 @@ class TopKRefConfig(RefConfig):
     k: int = 20
     tail: str = "bucket"  # bucket | renorm
     tail_floor: float = 1e-10  # renorm: probability given to each token outside the top-k
+    keep_sampled: bool = True  # true: a scoring endpoint (the scored token's exact log-prob too); false: top k only
 
     def __post_init__(self) -> None:
         require(self.k >= 1, f"ref.k must be >= 1, got {self.k}")
@@ -54,12 +68,21 @@ def topk_distribution(logprobs: torch.Tensor, k: int, tail: str, tail_floor: flo
     return out.scatter_(-1, idx, top)
 
 
+def stored_bytes_per_position(k: int, vocab: int, keep_sampled: bool) -> int:
+    """Bytes one position costs the service's answer: ``min(k, V)`` (value, index) pairs and the tail term, plus
+    the scored token's value when the service returns it (``keep_sampled``)."""
+    return min(k, vocab) * (FLOAT_BYTES + INDEX_BYTES) + FLOAT_BYTES + (FLOAT_BYTES if keep_sampled else 0)
+
+
 @register(TopKRefConfig)
 class TopKReference(ModelReference):
     def __init__(self, cfg: TopKRefConfig, ctx):
         super().__init__(cfg, ctx)
         vocab = self.model.get_output_embeddings().weight.shape[0]
-        self._cost.extra.update(stored_bytes_per_position=min(cfg.k, vocab) * 8 + 4, full_bytes_per_position=4 * vocab)
+        self._cost.extra.update(
+            stored_bytes_per_position=stored_bytes_per_position(cfg.k, vocab, cfg.keep_sampled),
+            full_bytes_per_position=FLOAT_BYTES * vocab,
+        )
 
     def _approximation(self, logits: torch.Tensor) -> torch.Tensor:
         """The top-k approximation (normalised float32 log-probs) of the model's next-token logits."""
@@ -67,11 +90,16 @@ class TopKReference(ModelReference):
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1, V] float32 log-scores: the model's logits when ``k >= V`` (every entry kept: the full
-        distribution, exactly), else the top-k approximation's normalised log-probs."""
+        distribution, exactly), else the top-k approximation's normalised log-probs (whatever ``keep_sampled``:
+        a scoring endpoint returns one scored token per position, not a distribution)."""
         logits = next_token_logits(self.model, batch.to(self.ctx.device))
         return logits if self.cfg.k >= logits.shape[-1] else self._approximation(logits)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1] log-probs of the response tokens (0 elsewhere): the reference's own, exactly as ``ref=full``
+        computes them, with ``keep_sampled``; else each token's value in the top-k approximation."""
+        if self.cfg.keep_sampled:
+            return super()._logprobs(batch)
         batch = batch.to(self.ctx.device)
         approx = self._approximation(next_token_logits(self.model, batch))
         lp = approx.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)

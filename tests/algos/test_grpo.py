@@ -167,7 +167,7 @@ def test_grpo_k1_enters_the_reward_before_group_normalisation(tmp_path, tiny_sou
             tmp_path / est,
             tiny_source,
             tokenizer,
-            TopKReference(TopKRefConfig(k=5), ref_ctx),
+            TopKReference(TopKRefConfig(k=5, keep_sampled=False), ref_ctx),
             f"algo.kl_estimator={est}",
             "algo.max_steps=1",
             recorder=rec,

@@ -63,7 +63,7 @@ def test_topk_is_a_proper_distribution_that_keeps_the_top(tail):
 
 
 def test_topk_small_k_biases_kl_and_logprobs(ref_ctx, full, batch, tiny_source):
-    ref = TopKReference(TopKRefConfig(k=5), ref_ctx)
+    ref = TopKReference(TopKRefConfig(k=5, keep_sampled=False), ref_ctx)  # a top-logprobs endpoint
     d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask]
     assert d.abs().max() > 0
     assert ref.cost().extra["stored_bytes_per_position"] == 5 * 8 + 4
