@@ -206,6 +206,7 @@ def build_trainer(
         callbacks=[kl_cb, *callbacks],
     )
     kl_cb.trainer = trainer
+    trainer.max_sentences = cfg.task.max_sentences  # the task's stop rule cuts TRL's rollouts too
     return trainer
 
 

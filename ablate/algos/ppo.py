@@ -113,6 +113,7 @@ class PPOTrainer:
             batch_size=self.algo.batch_size,
             seed=self.cfg.seed * 1_000_003 + step,
             precision=self.precision,
+            max_sentences=self.cfg.task.max_sentences,
         )
         batch = sb.batch.to(self.device)
         mask = batch.target_mask.float()

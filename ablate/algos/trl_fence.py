@@ -116,6 +116,12 @@ CONTRACT: tuple[Expect, ...] = (
         ("self", "model", "inputs"),
         ("self.beta", 'inputs["ref_per_token_logps"]', "self._get_per_token_logps_and_entropies("),
     ),
+    Expect(
+        "GRPOTrainer._generate_single_turn",
+        lambda: _grpo()._generate_single_turn,
+        ("self", "prompt_ids", "images", "multimodal_fields", "num_generations"),
+        ("return completion_ids, logprobs",),
+    ),
     Expect("trl.trainer.add_fused_lm_head", _fused_head_fn, ("model",), (FUSED_KWARG,)),
 )
 
@@ -308,6 +314,8 @@ def grpo_base():
     class FencedGRPOTrainer(TRLState, GRPOTrainer):
         #: False: TRL's loss runs without its KL term (the KL is elsewhere, e.g. in the reward)
         kl_in_loss = True
+        #: the task's stop rule (``task.max_sentences``, :mod:`ablate.tasks.stop_rule`); None: EOS or the cap only
+        max_sentences: int | None = None
 
         def __init__(self, *args, beta: float, **kwargs):
             if kwargs["args"].beta != 0.0:
@@ -316,6 +324,22 @@ def grpo_base():
             super().__init__(*args, **kwargs)  # beta = 0: TRL loads no reference model
             self.beta = beta
             self.ref_model = RegimeRefSlot() if beta != 0.0 else None
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+            """TRL's rollouts, each completion cut where the task's stop rule ends it (the tokens kept are the
+            ones sampled; a cut completion has no EOS, as one that reached the cap)."""
+            ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+            if self.max_sentences is None:
+                return ids, logprobs
+            from ablate.tasks.stop_rule import cut_completion
+
+            eos = set(self.eos_token_ids)
+            cut = [cut_completion(self.processing_class, c, eos, self.max_sentences) for c in ids]
+            if logprobs is not None:  # vLLM's sampling log-probs, one per completion token
+                logprobs = [lp[: len(c)] for lp, c in zip(logprobs, cut, strict=True)]
+            return cut, logprobs
 
         def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:
             """[B, logits_to_keep] the reference's log-probs of the completion tokens (TRL's reference call)."""

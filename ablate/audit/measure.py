@@ -111,6 +111,7 @@ def build_bench(cfg, inputs: RunInputs, pairs: list, batches: list[TokenBatch], 
             seed=sampling_seed(cfg.eval.seed, cfg.seed),
             precision=cfg.eval.precision,
             sampler=cfg.eval.sampler,
+            max_sentences=cfg.task.max_sentences,
         )
     return Bench(inputs, pairs, policy, dpo, online, fresh, cfg.eval.precision, config_vocab(dpo.judge.config))
 

@@ -38,6 +38,7 @@ class BaselineSettings:
     precision: str
     sampler: str
     device: str  # the device type: kernels differ, and so may the sampled tokens
+    max_sentences: int | None  # the task's stop rule (ablate.tasks.stop_rule)
 
 
 def baseline_key(

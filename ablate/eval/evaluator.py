@@ -145,6 +145,7 @@ class Evaluator:
                 n_per_prompt=k,
                 desc=desc,
                 sampler=self.cfg.sampler,
+                max_sentences=self.task.max_sentences,
             )
 
     def _sample_baseline(self, k: int, seed: int) -> dict:
@@ -165,6 +166,7 @@ class Evaluator:
             precision=self.precision,
             sampler=self.cfg.sampler,
             device=self.device.type,
+            max_sentences=self.task.max_sentences,
         )
         return bc.baseline_key(
             model_fingerprint=self.model_fingerprint,

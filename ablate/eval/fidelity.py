@@ -55,6 +55,7 @@ class FidelityProbe:
     prompts: list[str] | None = None  # GRPO/PPO: the training prompts (the first batch's come first)
     reward: object = None  # GRPO/PPO: the gold reward, texts -> scores
     max_new_tokens: int = 48
+    max_sentences: int | None = None  # the task's stop rule for the fresh samples (ablate.tasks.stop_rule)
     seed: int = 0
     _true_margins: torch.Tensor | None = field(default=None, repr=False)  # the judge is frozen: computed once
 
@@ -164,6 +165,7 @@ class FidelityProbe:
                 seed=self.seed,
                 precision=self.precision,
                 n_per_prompt=k,
+                max_sentences=self.max_sentences,
             )
         return sb.batch.to(self.device), torch.tensor(self.reward(sb.texts), dtype=torch.float64, device=self.device)
 
@@ -205,6 +207,7 @@ def probe_for(cfg, inputs, *, algo, pair_batches=None, prompts=None) -> Fidelity
         prompts=prompts,
         reward=inputs.reward,
         max_new_tokens=cfg.task.max_new_tokens,
+        max_sentences=cfg.task.max_sentences,
         seed=cfg.seed,
     )
 

@@ -13,6 +13,9 @@ Two samplers:
   responses. The global RNG is not used.
 - ``multinomial``: ``generate(do_sample=True)`` under ``torch.manual_seed(seed)`` (in a forked RNG), the former
   sampler, kept as a baseline: its draws depend on the batch size and composition.
+
+A response ends at its first EOS, at ``max_new_tokens``, or where the task's stop rule cuts it (``max_sentences``,
+:mod:`ablate.tasks.stop_rule`): tokens after the end are masked out, never decoded or scored.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
 from ablate.models.precision import autocast, is_bf16
 from ablate.refs.base import TokenBatch
+from ablate.tasks.stop_rule import sentence_cut
 
 SAMPLERS = ("coupled", "multinomial")
 
@@ -37,7 +41,7 @@ class SampledBatch:
     texts: list[str]  # decoded responses, special tokens removed
     batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers response tokens up to the first EOS
     lengths: list[int]  # response tokens, EOS included
-    truncated: list[bool]  # the response reached max_new_tokens without an EOS
+    truncated: list[bool]  # the response reached max_new_tokens without an EOS or the stop rule's end
 
     def chunks(self, rows: int) -> list[SampledBatch]:
         """This batch as consecutive batches of at most ``rows`` rows (same columns: padding is kept)."""
@@ -119,12 +123,27 @@ def _rng_scope(sampler: str, seed: int, device: torch.device):
     return forked()
 
 
-def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer) -> SampledBatch:
-    """The SampledBatch of one generated chunk: masks up to the first EOS and the decoded responses."""
+def _stop_rule_mask(resp: torch.Tensor, mask: torch.Tensor, tokenizer, max_sentences: int) -> torch.Tensor:
+    """``mask`` (1 up to the first EOS) with each row also ended where the stop rule cuts it."""
+    mask = mask.clone()
+    has_eos = (resp == tokenizer.eos_token_id).any(1)
+    for i, row in enumerate(resp.tolist()):
+        stop = int(mask[i].sum()) - int(has_eos[i])  # response tokens before the EOS
+        cut = sentence_cut(tokenizer, row[:stop], max_sentences)
+        if cut < stop:
+            mask[i, cut:] = 0
+    return mask
+
+
+def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer, max_sentences: int | None) -> SampledBatch:
+    """The SampledBatch of one generated chunk: masks up to the first EOS (or the stop rule's end) and the
+    decoded responses."""
     eos_id = tokenizer.eos_token_id
     prompt_len = enc["input_ids"].shape[1]
     resp = seqs[:, prompt_len:]
     resp_mask = _response_mask(resp, eos_id)
+    if max_sentences is not None:
+        resp_mask = _stop_rule_mask(resp, resp_mask, tokenizer, max_sentences)
     attention = torch.cat([enc["attention_mask"], resp_mask], dim=1)
     completion = torch.cat([torch.zeros_like(enc["attention_mask"]), resp_mask], dim=1)
     texts = tokenizer.batch_decode(resp.masked_fill(resp_mask == 0, tokenizer.pad_token_id), skip_special_tokens=True)
@@ -133,7 +152,7 @@ def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer) -> SampledBa
         [t.strip() for t in texts],
         TokenBatch(seqs, attention, completion),
         resp_mask.sum(1).tolist(),
-        (~(resp == eos_id).any(1)).tolist(),
+        (resp_mask.sum(1) == resp.shape[1]).logical_and(~(resp == eos_id).any(1)).tolist(),
     )
 
 
@@ -152,12 +171,14 @@ def sample(
     desc: str | None = None,
     sampler: str = "coupled",
     prompt_ids: list[int] | None = None,
+    max_sentences: int | None = None,
 ) -> list[SampledBatch]:
     """Sample ``n_per_prompt`` responses per prompt. Deterministic for a seed; leaves the global RNG alone.
 
     With ``sampler="coupled"`` the response to prompt ``i``, sample ``j`` is keyed by (seed, ``prompt_ids[i]``,
     ``j``) (``prompt_ids`` defaults to 0..len(prompts)-1): the same key gives the same response at any batch size.
-    ``batch_size``: rows per generate call; None: as many as fit in memory (:func:`sampling_rows`)."""
+    ``batch_size``: rows per generate call; None: as many as fit in memory (:func:`sampling_rows`).
+    ``max_sentences``: the task's stop rule (a response ends after that many sentences); None: no rule."""
     from transformers import LogitsProcessorList
 
     if sampler not in SAMPLERS:
@@ -196,7 +217,7 @@ def sample(
                     processors.append(CoupledGumbel(seed, keys[start : start + batch_size], width, temperature))
                 with autocast(device, precision):
                     seqs = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)
-                out.append(_assemble(chunk, enc, seqs, tokenizer))
+                out.append(_assemble(chunk, enc, seqs, tokenizer, max_sentences))
     finally:
         model.train(was_training)
     return out

@@ -43,6 +43,7 @@ class PairSettings:
     seed: int
     precision: str
     sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial
+    max_sentences: int | None = None  # the task's stop rule (ablate.tasks.stop_rule); None: EOS or the cap only
 
 
 def pair_key(
@@ -85,6 +86,7 @@ def generate_pairs(model, tokenizer, prompts: list[str], reward, settings: PairS
         precision=settings.precision,
         n_per_prompt=settings.samples_per_prompt,
         sampler=settings.sampler,
+        max_sentences=settings.max_sentences,
         desc="pairs: sampling SFT responses",
     )
     texts = [t for b in batches for t in b.texts]
@@ -154,6 +156,7 @@ def pairs_for_run(
         batch_size=rows,
         seed=cfg.seed,
         precision=cfg.model.precision,
+        max_sentences=task.max_sentences,
     )
     key = pair_key(
         model_fingerprint=source.fingerprint,

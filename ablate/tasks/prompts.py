@@ -1,7 +1,8 @@
 """Instruction prompts for the controlled-sentiment task, generated offline.
 
 Two kinds of prompt are mixed: review *prefixes* to continue (IMDb-like, some
-neutral or negative in tone) and direct "write a review" instructions. Each
+neutral or negative in tone) and direct "write a review" instructions, each asking for one sentence (the
+task's stop rule ends a response after its first sentence: ablate.tasks.stop_rule). Each
 candidate is assigned to a split by a stable hash of its text, so the split a
 prompt lands in never depends on the requested sizes or on the seed.
 """
@@ -139,7 +140,7 @@ _COMPANIONS = [
     "my grandmother",
 ]
 
-_CONTINUE = 'Continue this movie review in one or two sentences: "{prefix}"'
+_CONTINUE = 'Continue this movie review in one sentence: "{prefix}"'
 _PREFIXES = [
     "I went to see {title} on {day} and",
     "I watched {title} with {companion} last {day}, and honestly",
@@ -163,13 +164,13 @@ _PREFIXES = [
     "I paid full price for {title} and",
 ]
 _DIRECT = [
-    'Write a two-sentence review of the {genre} film "{title}", focusing on its {aspect}.',
-    'Write a short movie review of "{title}" as {persona} would, mentioning the {aspect}.',
-    'In two sentences, tell a friend what you thought of the {genre} movie "{title}".',
-    'Give a brief opinion of "{title}", {a_genre} film, commenting on its {aspect}.',
-    'You are {persona}. Write a one-paragraph review of the {genre} film "{title}".',
-    'Describe in two sentences what you thought of the {aspect} in "{title}".',
-    'Write a short IMDb-style review of "{title}", {a_genre} movie, from the point of view of {persona}.',
+    'Write a one-sentence review of the {genre} film "{title}", focusing on its {aspect}.',
+    'Write a one-sentence movie review of "{title}" as {persona} would, mentioning the {aspect}.',
+    'In one sentence, tell a friend what you thought of the {genre} movie "{title}".',
+    'Give a one-sentence opinion of "{title}", {a_genre} film, commenting on its {aspect}.',
+    'You are {persona}. Write a one-sentence review of the {genre} film "{title}".',
+    'Describe in one sentence what you thought of the {aspect} in "{title}".',
+    'Write a one-sentence IMDb-style review of "{title}", {a_genre} movie, from the point of view of {persona}.',
 ]
 
 _SEP = "\x00"

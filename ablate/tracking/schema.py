@@ -155,11 +155,12 @@ METRICS: list[Metric] = [
            "perplexity of the policy on held-out plain text",
            required=True, compared=True, label="perplexity"),
     Metric("length", "eval/length", "tokens", None,
-           "mean response length in tokens (EOS included; capped at task.max_new_tokens)",
+           "mean response length in tokens (EOS included; a response ends at its EOS, at the task's stop rule "
+           "(task.max_sentences) or at task.max_new_tokens)",
            required=True, compared=True, label="length"),
     Metric("truncation_rate", "eval/truncation_rate", "share", None,
-           "share of the policy's evaluation responses that reached task.max_new_tokens without an EOS (their "
-           "length, reward and KL are of a cut-off response)",
+           "share of the policy's evaluation responses that reached task.max_new_tokens before their EOS or the "
+           "task's stop rule ended them (their length, reward and KL are of a cut-off response)",
            step0=True),
     Metric("rep_2", "eval/rep_2", "share", "lower",
            "mean share of repeated bigrams within a response",

@@ -135,6 +135,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
         "precision": "fp32",
         "sampler": "coupled",
         "device": "cpu",
+        "max_sentences": 1,  # the task's stop rule
     }
 
 

@@ -17,7 +17,7 @@ def test_a_response_without_an_eos_is_truncated_and_one_with_it_is_not(tokenizer
             [word, word, eos],  # ended exactly at the cap: not truncated
         ]
     )
-    sb = _assemble(["a", "b", "c"], enc, torch.cat([enc["input_ids"], responses], dim=1), tokenizer)
+    sb = _assemble(["a", "b", "c"], enc, torch.cat([enc["input_ids"], responses], dim=1), tokenizer, None)
     assert sb.truncated == [True, False, False]
     assert sb.lengths == [3, 2, 3]
     assert [len(c.truncated) for c in sb.chunks(2)] == [2, 1]

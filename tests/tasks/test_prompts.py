@@ -77,7 +77,7 @@ def test_both_kinds_appear():
     prompts = make_prompts(200, 0, 0)["train"]
     n_cont = sum(p.startswith("Continue this movie review") for p in prompts)
     assert 0 < n_cont < len(prompts)
-    assert any(p.startswith("Write a two-sentence review of the") for p in prompts)
+    assert any(p.startswith("Write a one-sentence review of the") for p in prompts)
 
 
 def test_fingerprint():
