@@ -18,7 +18,7 @@ from ablate import cli
 from ablate.errors import AblateError, MissingAsset
 
 NO_CUDA = not torch.cuda.is_available()
-REFS = "cached, distilled, ema, full, int8, nf4, none, shared, snapshot, topk"
+REFS = "cached, distilled, ema, full, int8, nf4, none, shared, snapshot, topk, trdpo_hard, trdpo_soft"
 
 BAD = [
     # unknown options of every group, of a launcher, of a sweep preset
@@ -173,6 +173,18 @@ def assert_one_line(code: int, err: str, expected: str) -> str:
 @pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(run_main, args, expected):
     assert_one_line(*run_main(*args), expected)
+
+
+def test_a_moving_reference_that_never_updates_is_refused_before_anything_loads(run_main):
+    """ref=ema / ref=snapshot with no update before the last step would be ref=full under another name."""
+    line = assert_one_line(
+        *run_main("model=tiny", "ref=snapshot", "ref.tau=20", "algo.max_steps=10"),
+        "ref=snapshot would never update: it equals full (an update every ref.tau=20 steps, none after the last "
+        "of algo.max_steps=10)",
+    )
+    assert line.endswith("or set ref.allow_no_update=true")
+    assert_one_line(*run_main("model=tiny", "ref=ema", "algo.max_steps=1"), "ref=ema would never update")
+    assert cli.preflight(["model=tiny", "ref=ema", "algo.max_steps=1", "ref.allow_no_update=true"]) == 1
 
 
 def test_the_battery_is_large():
