@@ -1,4 +1,5 @@
-"""The distilled reference: a layer-subset student of the SFT model, distilled by forward KL and cached."""
+"""The distilled reference: a layer-subset student of the SFT model, distilled by forward KL and cached.
+(Its depth rule, stopping rule and ``ref.path``: ``test_distill_rules.py``.)"""
 
 from __future__ import annotations
 
@@ -10,18 +11,10 @@ import torch
 from ablate.errors import ConfigError
 from ablate.refs import REGISTRY
 from ablate.refs.base import RefContext, module_bytes
-from ablate.refs.distilled import (
-    DistilledRefConfig,
-    DistilledReference,
-    cache_key,
-    heldout_kl,
-    init_student,
-    n_params,
-    resolve_num_layers,
-    select_layers,
-    split_heldout,
-    training_sequences,
-)
+from ablate.refs.distill_data import pair_sequences, split_by_prompt
+from ablate.refs.distill_student import init_student, n_params, select_layers
+from ablate.refs.distill_train import heldout_kl
+from ablate.refs.distilled import DistilledRefConfig, DistilledReference, cache_key
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.pairs import Pair
 from tests.conftest import compose, token_batch
@@ -36,7 +29,8 @@ PAIRS = [
 ]
 PROMPTS = ["Review the film:", "Continue: I watched it and"]
 RESPONSES = ["It was a wonderful, moving story.", "regretted every minute"]
-MAIN = dict(num_layers=2, steps=25, batch_size=4)  # the student most tests share
+# the student most tests share: all 25 steps (no target), on the pairs and 2 fresh 8-token samples per prompt
+MAIN = dict(num_layers=2, steps=25, batch_size=4, target_kl=None, fresh_per_prompt=2, fresh_max_new_tokens=8)
 CPU = torch.device("cpu")
 
 
@@ -124,6 +118,10 @@ def test_registered_and_yaml_matches_schema_defaults():
         ("param_fraction", 0.0),
         ("param_fraction", 1.5),
         ("steps", 0),
+        ("target_kl", 0.0),
+        ("eval_every", 0),
+        ("fresh_per_prompt", -1),
+        ("fresh_max_new_tokens", 0),
         ("num_layers", 0),
         ("batch_size", 0),
         ("learning_rate", 0.0),
@@ -171,33 +169,27 @@ def test_student_init_copies_the_teachers_weights(teacher):
             assert torch.equal(v, t_state[k]), (t_idx, k)
 
 
-def test_auto_depth_follows_param_fraction(teacher):
-    total = n_params(teacher)
-    layer = sum(p.numel() for p in teacher.model.layers[0].parameters())
-    fixed = total - 4 * layer
-    for want in (1, 2, 3, 4):
-        assert resolve_num_layers(DistilledRefConfig(param_fraction=(fixed + want * layer) / total), teacher) == want
-    assert resolve_num_layers(DistilledRefConfig(param_fraction=0.01), teacher) == 1  # at least one layer
-    assert resolve_num_layers(DistilledRefConfig(num_layers=3, param_fraction=0.01), teacher) == 3
-    with pytest.raises(ConfigError, match=r"^ref\.num_layers must be <= the SFT model's 4 layers"):
-        resolve_num_layers(DistilledRefConfig(num_layers=5), teacher)
-
-
 def test_response_mask_covers_exactly_the_assistant_reply(tok):
-    (ids, n_prompt), (ids_r, n_prompt_r) = training_sequences(tok, PAIRS[:1], max_length=256)
+    (p, ids, n_prompt), (p_r, ids_r, n_prompt_r) = pair_sequences(tok, PAIRS[:1], max_length=256)
+    assert p == p_r == PAIRS[0].prompt
     assert tok.decode(ids[n_prompt:]).startswith(PAIRS[0].chosen)
     assert tok.decode(ids_r[n_prompt_r:]).startswith(PAIRS[0].rejected)
     assert tok.decode(ids[:n_prompt]).endswith("assistant\n")
-    (short, n), _ = training_sequences(tok, PAIRS[:1], max_length=n_prompt + 2)  # truncated from the end
+    (_, short, n), _ = pair_sequences(tok, PAIRS[:1], max_length=n_prompt + 2)  # truncated from the end
     assert len(short) == n_prompt + 2 and n == n_prompt
-    assert training_sequences(tok, PAIRS[:1], max_length=n_prompt) == []  # no response token left: dropped
+    assert pair_sequences(tok, PAIRS[:1], max_length=n_prompt) == []  # no response token left: dropped
 
 
-def test_heldout_split_is_seeded_and_disjoint():
-    train, held = split_heldout(12, 0.25, seed=0)
-    assert len(held) == 3 and sorted(train + held) == list(range(12))
-    assert (train, held) == split_heldout(12, 0.25, seed=0)
-    assert held != split_heldout(12, 0.25, seed=1)[1]
+def test_heldout_split_holds_out_whole_prompts_seeded():
+    prompts = [f"p{i // 2}" for i in range(24)]  # 12 prompts, 2 sequences each (a pair's chosen and rejected)
+    train, held = split_by_prompt(prompts, 0.25, seed=0)
+    assert len(held) == 6 and sorted(train + held) == list(range(24))
+    assert not {prompts[i] for i in train} & {prompts[i] for i in held}  # no prompt on both sides
+    assert (train, held) == split_by_prompt(prompts, 0.25, seed=0)
+    assert held != split_by_prompt(prompts, 0.25, seed=1)[1]
+    assert len(split_by_prompt(prompts[:4], 0.9, seed=0)[0]) == 2  # never every prompt
+    with pytest.raises(ConfigError, match="at least 2 distinct prompts"):
+        split_by_prompt(["a", "a"], 0.5, seed=0)
 
 
 # ---------------------------------------------------------------------------------------- the regime
@@ -206,6 +198,13 @@ def test_distilled_student_is_smaller_and_costed(built):
     extra = ref.cost().extra
     assert n_loads == 1 and not ref.cache_hit
     assert extra["teacher_layers"] == 4 and extra["student_layers"] == 2
+    assert extra["student_layer_indices"] == [0, 3] and extra["student_source"] == "teacher layers"
+    n_train_prompts = len(PAIRS) - 1  # one of the six prompts is held out
+    assert extra["n_fresh_sequences"] == 2 * n_train_prompts and extra["fresh_sample_s"] > 0
+    assert extra["n_train_sequences"] == 2 * n_train_prompts + extra["n_fresh_sequences"]
+    assert extra["n_heldout_sequences"] == 2
+    assert extra["distill_steps"] == 25 and "distill_target_reached" not in extra  # no target: every step
+    assert [s for s, _ in extra["distill_kl_trace"]] == [0, 25]
     assert len(ref.model.model.layers) == 2
     assert extra["student_params"] == n_params(ref.model) < extra["teacher_params"]
     c = ref.cost()
@@ -221,9 +220,9 @@ def test_distillation_lowers_the_heldout_kl(built, teacher, ctx, tok):
     print(f"held-out KL(teacher || student): before {before:.4g}, after {after:.4g}")
     assert 0 < after < before / 2
     # the reported number is the final student's: recompute it on the same held-out split
-    seqs = training_sequences(tok, ctx.train_data, 256)
-    _, held = split_heldout(len(seqs), 0.2, seed=0)
-    again = heldout_kl(teacher, ref.model, [seqs[i] for i in held], 4, tok.pad_token_id, CPU)
+    seqs = pair_sequences(tok, ctx.train_data, 256)
+    _, held = split_by_prompt([p for p, _, _ in seqs], 0.2, seed=0)
+    again = heldout_kl(teacher, ref.model, [seqs[i][1:] for i in held], 4, tok.pad_token_id, CPU)
     assert again == pytest.approx(after, rel=1e-4)
 
 
@@ -258,20 +257,30 @@ def test_second_construction_hits_the_cache(built, ctx, loads):
     assert again.cost().cache_bytes == ref.cost().cache_bytes
 
 
-def test_key_changes_with_steps_precision_and_data(built, ctx, tok):
+def test_key_changes_with_every_setting_precision_and_data(built, ctx, tok):
     ref, _ = built
-    seqs = training_sequences(tok, PAIRS, 256)
+    seqs = pair_sequences(tok, PAIRS, 256)
     key = cache_key(DistilledRefConfig(**MAIN), ctx, seqs)
     assert key == ref.entry.key
-    assert cache_key(DistilledRefConfig(**{**MAIN, "steps": 26}), ctx, seqs) != key
+    for field, value in [
+        ("steps", 26),
+        ("target_kl", 0.4),
+        ("eval_every", 5),
+        ("fresh_per_prompt", 3),
+        ("fresh_max_new_tokens", 9),
+        ("train_embeddings", True),
+        ("learning_rate", 1e-3),
+        ("heldout_fraction", 0.5),
+    ]:
+        assert cache_key(DistilledRefConfig(**{**MAIN, field: value}), ctx, seqs) != key, field
     assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, precision="bf16"), seqs) != key
-    assert cache_key(DistilledRefConfig(**MAIN), ctx, training_sequences(tok, PAIRS[:-1], 256)) != key
+    assert cache_key(DistilledRefConfig(**MAIN), ctx, pair_sequences(tok, PAIRS[:-1], 256)) != key
     assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, model_fingerprint="other"), seqs) != key
 
 
 def test_other_steps_is_another_entry_and_a_corrupted_entry_is_rebuilt(built, ctx, loads):
     ref, _ = built
-    cfg = DistilledRefConfig(num_layers=2, steps=3, batch_size=4)
+    cfg = DistilledRefConfig(num_layers=2, steps=3, batch_size=4, target_kl=None, fresh_per_prompt=1)
     torch.manual_seed(1234)  # a global stream unlike the distillation's own seeded one
     rng = torch.get_rng_state()
     before = len(loads)
