@@ -1,9 +1,11 @@
-"""Per regime, in one process: setup time, reference bytes held, cache bytes on disk, the reference's
-time per training step (one call on a DPO batch: chosen and rejected sequences of ``algo.batch_size``
-pairs); and the exact full-vocabulary KL audit's cost against one reference forward."""
+"""Per regime, in one process: setup time, reference bytes held (against a bf16 full copy too; for int8 and nf4
+also with ``ref.quantize_embeddings=true``), cache bytes on disk, the reference's time per training step (one call
+on a DPO batch: chosen and rejected sequences of ``algo.batch_size`` pairs); and the exact full-vocabulary KL
+audit's cost against one reference forward."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.bench.timing import interleaved
-from ablate.refs.base import TokenBatch
+from ablate.refs.base import TokenBatch, bf16_copy_bytes
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,8 @@ class RegimeCost:
     bytes_held: float
     cache_bytes: float
     own_bytes: float  # the run's own state: fp32 weights, gradients and two AdamW moments of what trains, the ref
+    bf16_copy_bytes: float = float("nan")  # a bf16 full copy of the reference model: 2 bytes per parameter
+    bytes_held_quantized_embeddings: float = float("nan")  # with ref.quantize_embeddings=true (int8, nf4 only)
     step_s: float = float("nan")
 
 
@@ -52,6 +56,20 @@ def build_regime(cfg, pieces) -> tuple[object, float, torch.nn.Module | None]:
     return ref, time.perf_counter() - t0, policy
 
 
+def quantized_embeddings_bytes(cfg, ref) -> float:
+    """Bytes ``cfg``'s regime holds with ``ref.quantize_embeddings=true`` (``ref``'s own when it is already set, a
+    second build otherwise); NaN for a regime without the option."""
+    from ablate.refs import regime_class
+
+    if not hasattr(cfg.ref, "quantize_embeddings"):
+        return float("nan")
+    if cfg.ref.quantize_embeddings:
+        return float(ref.cost().bytes_held)
+    log.info("bench: setting up ref=%s with ref.quantize_embeddings=true", cfg.ref.name)
+    variant = regime_class(cfg.ref.name)(dataclasses.replace(cfg.ref, quantize_embeddings=True), ref.ctx)
+    return float(variant.cost().bytes_held)
+
+
 def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tuple[list[RegimeCost], dict]:
     refs, costs = {}, {}
     full_model = pieces.load()
@@ -61,7 +79,15 @@ def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tupl
         c = ref.cost()
         refs[name] = ref
         own = own_bytes(policy if policy is not None else full_model, float(c.bytes_held))
-        costs[name] = RegimeCost(name, setup, float(c.bytes_held), float(c.cache_bytes), own)
+        costs[name] = RegimeCost(
+            name,
+            setup,
+            float(c.bytes_held),
+            float(c.cache_bytes),
+            own,
+            bf16_copy_bytes=float(bf16_copy_bytes(ref.ctx)),
+            bytes_held_quantized_embeddings=quantized_embeddings_bytes(cfg, ref),
+        )
         del policy
     del full_model
     log.info("bench: timing %d reference calls per regime, interleaved", repeats)

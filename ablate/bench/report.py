@@ -42,6 +42,39 @@ def sampling_lines(tp: dict) -> list[str]:
     return lines
 
 
+def quantized_embeddings_ratio(rows: pd.DataFrame, regime: str) -> float:
+    """``regime``'s bytes held with ``ref.quantize_embeddings=true`` over ``full``'s (NaN without both rows)."""
+    if regime not in rows.index or "full" not in rows.index or not rows.loc["full", "bytes_held"]:
+        return float("nan")
+    return rows.loc[regime, "bytes_held_quantized_embeddings"] / rows.loc["full", "bytes_held"]
+
+
+def quantized_embeddings_lines(c: pd.DataFrame) -> list[str]:
+    """int8 and nf4 side by side with their embedding and LM head in full precision (the default) and quantised
+    (``ref.quantize_embeddings=true``): bytes held, against ``full`` (the fp32 truth) and a bf16 full copy."""
+    rows = c[c["bytes_held_quantized_embeddings"].notna()] if "bytes_held_quantized_embeddings" in c else c[:0]
+    if rows.empty:
+        return []
+    lines = [
+        "",
+        "## Quantisation including the embedding",
+        "",
+        "bitsandbytes quantises Linear layers only; `ref.quantize_embeddings=true` also quantises the token embedding "
+        "and the LM head (a quantised Linear: where the two are tied, int8's reads the embedding's int8 rows, 4-bit's "
+        "holds a copy of its own). Bytes held, against `full` (fp32) and a bf16 full copy (2 bytes per parameter).",
+        "",
+        "| regime | embedding and LM head | ref. MiB held | x full | x bf16 |",
+        "|---|---|---|---|---|",
+    ]
+    for _, r in rows.iterrows():
+        for label, col in (("full precision", "bytes_held"), ("quantised", "bytes_held_quantized_embeddings")):
+            lines.append(
+                f"| `{r['regime']}` | {label} | {_f(r[col] / MIB, '{:.1f}')} | {_f(r[f'{col}_vs_full'], '{:.3f}')} | "
+                f"{_f(r[col] / r['bf16_copy_bytes'], '{:.3f}')} |"
+            )
+    return lines
+
+
 def targets(costs: pd.DataFrame, audit: dict, trainers: dict, throughput: dict, notes: dict) -> list[dict]:
     full = costs.set_index("regime")
     rows = []
@@ -70,6 +103,14 @@ def targets(costs: pd.DataFrame, audit: dict, trainers: dict, throughput: dict, 
 
     add("int8 reference bytes / full", ratio("int8", "bytes_held"), "<=", 0.35, notes.get("quant", ""))
     add("nf4 reference bytes / full", ratio("nf4", "bytes_held"), "<=", 0.25, notes.get("quant", ""))
+    for regime, bound in (("int8", 0.30), ("nf4", 0.20)):
+        add(
+            f"{regime} reference bytes / full, embeddings quantised (ref.quantize_embeddings=true)",
+            quantized_embeddings_ratio(full, regime),
+            "<=",
+            bound,
+            notes.get("quant_embeddings", ""),
+        )
     add("cached reference time per step / full", ratio("cached", "step_s"), "<=", 0.05)
     if "full" in full.index and "peak_rss_bytes" in full.columns:
         add(
@@ -124,6 +165,10 @@ def write(
     c = costs.copy()
     for col in ("bytes_held", "step_s", "setup_s", "cache_bytes", "peak_rss_bytes", "peak_rss_train_bytes"):
         c[f"{col}_vs_full"] = c[col] / full[col] if full is not None and full[col] else float("nan")
+    if "bytes_held_quantized_embeddings" in c:
+        by = full["bytes_held"] if full is not None and full["bytes_held"] else float("nan")
+        c["bytes_held_quantized_embeddings_vs_full"] = c["bytes_held_quantized_embeddings"] / by
+    c["bytes_held_vs_bf16"] = c["bytes_held"] / c["bf16_copy_bytes"] if "bf16_copy_bytes" in c else float("nan")
     csv = out / f"{model}.csv"
     c.to_csv(csv, index=False)
 
@@ -143,14 +188,15 @@ def write(
         "",
         "## Each regime, side by side (ratios to `full`)",
         "",
-        "| regime | ref. MiB held | x full | ref. ms / step | x full | setup s | cache MiB | own MiB | peak RSS MiB, "
-        "run | peak RSS MiB, training | x full | peak / own |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| regime | ref. MiB held | x full | x bf16 | ref. ms / step | x full | setup s | cache MiB | own MiB | peak "
+        "RSS MiB, run | peak RSS MiB, training | x full | peak / own |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in c.iterrows():
         lines.append(
             f"| `{r['regime']}` | {_f(r['bytes_held'] / MIB, '{:.1f}')} | {_f(r['bytes_held_vs_full'], '{:.3f}')} "
-            f"| {_f(r['step_s'] * 1000, '{:.1f}')} | {_f(r['step_s_vs_full'], '{:.3f}')} | "
+            f"| {_f(r['bytes_held_vs_bf16'], '{:.3f}')} | {_f(r['step_s'] * 1000, '{:.1f}')} | "
+            f"{_f(r['step_s_vs_full'], '{:.3f}')} | "
             f"{_f(r['setup_s'], '{:.2f}')} | {_f(r['cache_bytes'] / MIB, '{:.2f}')} | "
             f"{_f(r['own_bytes'] / MIB, '{:.0f}')} | "
             f"{_f(r['peak_rss_bytes'] / MIB, '{:.0f}')} | {_f(r['peak_rss_train_bytes'] / MIB, '{:.0f}')} | "
@@ -163,7 +209,9 @@ def write(
         "(models loaded, data ready; Linux VmHWM reset just before). *Own*: what any run of the regime must "
         "hold: fp32 weights, a gradient and two AdamW moments per trainable parameter, and the reference; "
         "*peak / own* is the run's peak over it (the rest: Python and its libraries, activations, the "
-        "evaluator's frozen judge, allocator slack).",
+        "evaluator's frozen judge, allocator slack). *x bf16*: bytes held over a bf16 full copy's (2 bytes per "
+        "parameter; `full` holds fp32, 2x).",
+        *quantized_embeddings_lines(c),
     ]
     lines += [
         "",

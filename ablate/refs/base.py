@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -173,6 +174,9 @@ class Reference(ABC):
     # --- account ------------------------------------------------------------------------------------------
 
     def cost(self) -> RefCost:
+        """What the regime has cost so far. ``extra["bytes_vs_bf16"]`` (``ref_bytes_vs_bf16`` in the summary): the bytes
+        it holds over those of a bf16 full copy of the reference model (:func:`bf16_copy_bytes`)."""
+        self._cost.extra["bytes_vs_bf16"] = self._cost.bytes_held / bf16_copy_bytes(self.ctx)
         return self._cost
 
     def state_dict(self) -> dict[str, Any]:
@@ -259,3 +263,20 @@ def module_bytes(module: torch.nn.Module) -> int:
         seen.add(key)
         total += t.untyped_storage().nbytes()
     return total
+
+
+@cache
+def model_parameters(model_dir: str, fingerprint: str) -> int:
+    """Parameters of the causal LM saved in ``model_dir`` (a tied pair once), counted on the meta device from its
+    config: no weights load. ``fingerprint`` (the folder's content hash) keys the cache."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())
+
+
+def bf16_copy_bytes(ctx: RefContext) -> int:
+    """Bytes of a bf16 full copy of the reference (SFT) model: 2 per parameter. The fp32 truth (``ref=full``)
+    holds twice that."""
+    return 2 * model_parameters(ctx.model_dir, ctx.model_fingerprint)

@@ -176,6 +176,9 @@ METRICS: list[Metric] = [
     Metric("ref_bytes", "cost/ref_bytes", "bytes", "lower",
            "bytes the reference holds in memory (weights, adapters, caches)",
            required=True, status=Column("ref_MiB", 8, "{:.1f}"), label="ref. MiB", scale=MIB),
+    Metric("ref_bytes_vs_bf16", None, "ratio", "lower",  # the regime's cost extra (logged: cost/ref_bytes_vs_bf16)
+           "ref_bytes over the bytes of a bf16 full copy of the reference model (2 per parameter): 2 for full (the "
+           "fp32 truth), 0 for shared and none (no weights of their own)"),
     Metric("ref_ms_per_step", "cost/ref_ms_per_step", "ms", "lower",
            "reference time per optimiser step (training calls only, not audits)",
            required=True, status=Column("ref_ms", 7, "{:.0f}"), label="ref. ms/step"),
