@@ -109,5 +109,10 @@ def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None
     trains on them (:mod:`ablate.tasks.pair_tokens`, truncated to the algorithm's ``max_length``), in batches of
     the regime's precompute ``batch_size`` pairs: the fixed dataset it can serve."""
     if reference.wants_training_data:
-        ctx = reference.ctx
-        reference.prepare(pair_batches(tokenizer, pairs or [], reference.cfg.batch_size, ctx.max_length))
+        ctx, rows = reference.ctx, reference.cfg.batch_size
+        if rows is None:
+            raise ValueError(
+                f"ref={reference.name}: ref.batch_size=null (the algorithm's) is settled when the config is validated "
+                "(ablate.config.validate); a regime built by hand needs a batch size"
+            )
+        reference.prepare(pair_batches(tokenizer, pairs or [], rows, ctx.max_length))

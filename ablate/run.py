@@ -219,6 +219,7 @@ def job_extra(cfg: Config, resumed_from: int | None) -> dict[str, Any]:
     """What the summary records about the job itself: regime, algorithm, model, seed, the step a resumed job
     continued from, and the provenance (code, libraries, machine)."""
     extra: dict[str, Any] = {"regime": cfg.ref.name, "algo": cfg.algo.name, "model": cfg.model.name, "seed": cfg.seed}
+    extra.update(cfg.algo.summary_fields())  # what the algorithm's settings mean beyond config.yaml
     if resumed_from is not None:
         extra["resumed_from_step"] = resumed_from
     extra["provenance"] = provenance()

@@ -173,6 +173,7 @@ CHOICES = [
     ("algo.loss_type", C.DPOLoss, []),
     ("algo.kl_estimator", C.KLEstimator, ["algo=grpo"]),
     ("algo.kl_control", C.KLControl, ["algo=ppo"]),
+    ("algo.kl_placement", C.KLPlacement, ["algo=ppo"]),
     ("algo.reward", C.RewardSource, ["algo=grpo"]),
     ("logger.mode", C.LoggerMode, []),
 ]

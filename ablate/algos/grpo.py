@@ -5,96 +5,127 @@ TRL has no ``ref_model`` argument for GRPO and loads its own copy whenever beta 
 regime's log-probs (:meth:`reference_token_logps` here). The KL coefficient can follow a controller
 (fixed or adaptive), updated from TRL's measured per-token KL after every logged step.
 
-KL estimators (``algo.kl_estimator``): ``k3`` is TRL's own term in the loss, unchanged. ``k1`` enters the
-REWARD, as in PPO (see ``ablate.algos.kl_estimators``): each completion's reward becomes
-r_i - beta * sum_t (log pi - log ref) over its tokens, detached, before TRL's group normalisation of
-advantages, and TRL's loss is computed without a KL term; the logged ``kl`` is the mean per-token k1.
+Where the KL goes (``algo.kl_placement``, with ``algo.kl_estimator`` k1 | k2 | k3; see
+``ablate.algos.kl_estimators``):
 
-Rows the regime has no reference term for (``ref=cached``, ``miss=skip``: all-NaN rows) contribute no KL:
-under k3 their reference log-probs become the policy's own loss-time log-probs, detached, inside the loss
-(TRL's k3 term is then exactly 0 with zero gradient); under k1 their k1 is 0.
+- ``loss`` with k3 (the default): TRL's own term, unchanged (k3 times the importance ratio, TRL's
+  ``use_bias_correction_kl``). With k1 or k2: TRL's loss without its term, plus beta times our per-token
+  estimator (:func:`~ablate.algos.kl_estimators.loss_penalty`), summed as TRL sums its per-token loss;
+  k1 there is the zero-gradient ablation (asked for explicitly; a warning at start says so).
+- ``reward`` (the default for k1): each completion's reward becomes r_i - beta * sum_t k_t over its tokens,
+  detached, before TRL's group normalisation of advantages (one more reward function, ``kl_penalty``), and
+  TRL's loss has no KL term.
+
+The logged ``kl`` is the mean per-token value of the run's estimator. Rows the regime has no reference term
+for (``ref=cached``, ``miss=skip``: all-NaN rows) contribute no KL: TRL's k3 sees the policy's own loss-time
+log-probs there, detached (its term is exactly 0 with zero gradient); our loss term and the reward penalty
+are exactly 0 there, with zero gradient.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 
 from ablate.algos import registry, trl_fence
 from ablate.algos.kl_control import make_controller
-from ablate.algos.kl_estimators import k1_reward_penalty
+from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, reward_penalty, zero_gradient_warning
 from ablate.algos.trl_common import common_args
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
+log = logging.getLogger(__name__)
 _RegimeRef = trl_fence.RegimeRefSlot  # where TRL keeps its reference model (tests check it is there)
 
 
 def _grpo_trainer_cls():
     class RegimeGRPOTrainer(trl_fence.grpo_base()):
         def __init__(
-            self, *args, reference: Reference, beta: float, kl_estimator: str = "k3", kl_controller=None, **kwargs
+            self,
+            *args,
+            reference: Reference,
+            beta: float,
+            kl_estimator: str = "k3",
+            kl_placement: str = "loss",
+            kl_controller=None,
+            **kwargs,
         ):
             self.reference = reference
-            self.kl_estimator = kl_estimator
-            self.kl_in_loss = kl_estimator != "k1"  # k1: the penalty is in the reward (advantages) instead
+            self.kl_estimator, self.kl_placement = kl_estimator, kl_placement
+            self.kl_in_loss = kl_placement == "loss" and kl_estimator == "k3"  # TRL's own term
             self.kl_controller = kl_controller
-            self._k1_penalty: torch.Tensor | None = None  # the last rollout's per-completion k1 reward penalty
-            if kl_estimator == "k1" and beta != 0.0:
+            self._penalty: torch.Tensor | None = None  # the last rollout's per-completion reward penalty
+            if kl_placement == "reward" and beta != 0.0:
                 kwargs["reward_funcs"], kwargs["args"] = self._with_kl_penalty(kwargs["reward_funcs"], kwargs["args"])
+            if kl_placement == "loss" and not self.kl_in_loss and kwargs["args"].loss_type != "dapo":
+                raise ValueError(f"kl_estimator={kl_estimator} in the loss needs TRL's loss_type=dapo")
             super().__init__(*args, beta=beta, **kwargs)
 
         def _with_kl_penalty(self, reward_funcs, args):
-            """k1 in the reward: one more reward function, ``kl_penalty`` (weight 1), whose value for each
-            completion is -beta * its k1 summed over its tokens. TRL sums the weighted rewards before it
+            """The KL in the reward: one more reward function, ``kl_penalty`` (weight 1), whose value for each
+            completion is -beta * its estimator summed over its tokens. TRL sums the weighted rewards before it
             normalises them per group, and logs ``rewards/kl_penalty/mean``; the other functions' logs stay raw."""
             if args.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
-                    "kl_estimator=k1 subtracts the penalty from the summed reward: it needs TRL's "
+                    "kl_placement=reward subtracts the penalty from the summed reward: it needs TRL's "
                     f"multi_objective_aggregation=sum_then_normalize, not {args.multi_objective_aggregation}"
                 )
             trainer = self
 
             def kl_penalty(prompts, completions, **kwargs) -> list[float]:
-                return trainer._take_k1_penalty(len(completions))
+                return trainer._take_penalty(len(completions))
 
             funcs = list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
             if args.reward_weights is not None:
                 args.reward_weights = [*args.reward_weights, 1.0]
             return [*funcs, kl_penalty], args
 
-        def _take_k1_penalty(self, n: int) -> list[float]:
+        def _take_penalty(self, n: int) -> list[float]:
             """The penalties computed with this rollout's reference log-probs (consumed: never reused); zeros
             while beta is 0 (TRL then asks for no reference log-probs)."""
-            penalty, self._k1_penalty = self._k1_penalty, None
+            penalty, self._penalty = self._penalty, None
             if penalty is None and self.beta == 0.0:
                 return [0.0] * n
             if penalty is None or penalty.numel() != n:
-                raise RuntimeError("kl_estimator=k1: no reference log-probs were computed for this rollout")
+                raise RuntimeError("kl_placement=reward: no reference log-probs were computed for this rollout")
             return penalty.tolist()
 
-        def _record_k1(self, policy_logps, ref_logps, mask) -> None:
-            """At rollout: the k1 reward penalty of each completion, and the mean per-token k1 as ``kl``."""
-            ref_logps, mask = fill_uncovered(ref_logps, policy_logps), mask.to(policy_logps.dtype)  # uncovered: k1 = 0
-            self._k1_penalty = k1_reward_penalty(policy_logps, ref_logps, mask, self.beta).float()
-            k1 = ((policy_logps - ref_logps) * mask).sum()
-            totals = self.accelerator.reduce(torch.stack([k1, mask.sum()]).float(), reduction="sum")
+        def _log_kl(self, values: torch.Tensor, mask: torch.Tensor) -> None:
+            """The mean per-token estimator over the (all processes') masked tokens, logged as ``kl``."""
+            total = (values.detach() * mask).sum()
+            totals = self.accelerator.reduce(torch.stack([total, mask.sum()]).float(), reduction="sum")
             self.log_metric("kl", (totals[0] / totals[1].clamp(min=1.0)).item())
 
+        def _record_penalty(self, policy_logps, ref_logps, mask) -> None:
+            """At rollout: each completion's reward penalty, and the mean per-token estimator as ``kl``."""
+            ref_logps, mask = fill_uncovered(ref_logps, policy_logps), mask.to(policy_logps.dtype)  # uncovered: 0
+            self._penalty = reward_penalty(policy_logps, ref_logps, mask, self.beta, self.kl_estimator).float()
+            self._log_kl(kl_penalty(policy_logps, ref_logps, self.kl_estimator), mask)
+
         def loss_reference(self, ref_logps, policy_logps):
-            """k3: uncovered reference rows become the loss-time policy log-probs, detached (TRL's k3 term is
-            then exactly 0 with zero gradient)."""
+            """TRL's k3: uncovered reference rows become the loss-time policy log-probs, detached (TRL's k3 term
+            is then exactly 0 with zero gradient)."""
             return fill_uncovered(ref_logps, policy_logps)
 
+        def loss_kl(self, policy_logps, ref_logps, mask):
+            """k1 or k2 in the loss: the per-token estimator, differentiated; 0 with zero gradient on rows
+            without a reference term. None under the reward placement."""
+            if self.kl_placement != "loss":
+                return None
+            term = covered_loss_penalty(policy_logps, ref_logps, self.kl_estimator)
+            self._log_kl(term, mask.to(term.dtype))
+            return term
+
         def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size):
-            """The regime's answer to TRL's reference call (uncovered rows stay NaN); under k1, also the
-            rollout's k1 penalties, from the policy's log-probs computed here as TRL computes its own."""
+            """The regime's answer to TRL's reference call (uncovered rows stay NaN); under the reward placement,
+            also the rollout's penalties, from the policy's log-probs computed here as TRL computes its own."""
             completion = torch.zeros_like(attention_mask)
             completion[:, -logits_to_keep:] = attention_mask[:, -logits_to_keep:]
             logps = self.reference.logprobs(TokenBatch(input_ids, attention_mask, completion))[:, -logits_to_keep:]
-            if self.kl_estimator == "k1":
+            if self.kl_placement == "reward":
                 policy_logps = self.policy_token_logps(input_ids, attention_mask, logits_to_keep, batch_size)
-                self._record_k1(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
+                self._record_penalty(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
             return logps
 
         def restore(self, saved: dict) -> None:
@@ -147,6 +178,7 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reward_weights: list[floa
         top_k=0,
         top_p=1.0,
         beta=0.0,  # the real beta goes to the trainer (see ablate.algos.trl_fence.grpo_base)
+        loss_type="dapo",  # TRL's default, written out: our own KL loss term is summed as its loss (trl_fence)
         reward_weights=reward_weights,
     )
 
@@ -186,6 +218,9 @@ def build_trainer(
     """``proxy``: a learned reward to train on; the gold reward is then computed and logged with weight 0. Registered
     as is (the registry's other keywords are ignored)."""
     algo = cfg.algo
+    warning = zero_gradient_warning(algo.kl_estimator, algo.placement())
+    if warning:
+        log.warning(warning)
     beta = algo.beta if reference.has_reference else 0.0  # ref=none: no reference term
     controller = make_controller(algo.kl_control, beta, algo.kl_target, algo.kl_horizon)
     kl_cb = kl_control_callback(controller)
@@ -202,6 +237,7 @@ def build_trainer(
         reference=reference,
         beta=beta,
         kl_estimator=algo.kl_estimator,
+        kl_placement=algo.placement(),
         kl_controller=controller,
         callbacks=[kl_cb, *callbacks],
     )

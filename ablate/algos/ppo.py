@@ -2,11 +2,14 @@
 
 One step: sample one response per prompt from the policy, score it, compute the old log-probs and
 values (policy + a linear value head on its last hidden state) and the regime's reference log-probs;
-per-token reward = -beta * KL estimate (k1 or k3), plus the score on the last token; GAE; whitened
-advantages; then ``ppo_epochs`` passes of clipped policy and value losses over minibatches. The KL
-coefficient follows a fixed or adaptive controller (Ziegler et al. 2019) on the measured sequence KL.
-A row the regime has no reference term for (``ref=cached``, ``miss=skip``) gets none: zero penalty and
-zero logged KL (``ablate.refs.base.fill_uncovered``).
+per-token reward = -beta * KL estimate (k1, k2 or k3; ``algo.kl_placement=reward``, the default), plus the
+score on the last token; GAE; whitened advantages; then ``ppo_epochs`` passes of clipped policy and value
+losses over minibatches. With ``algo.kl_placement=loss`` the reward is the score alone and each minibatch's
+loss adds beta times the token mean of the estimator, differentiated (``kl_estimators.loss_penalty``; k3
+times the importance ratio, as TRL's GRPO). The KL coefficient follows a fixed or adaptive controller
+(Ziegler et al. 2019) on the measured sequence KL (the estimator summed over the response, at rollout).
+A row the regime has no reference term for (``ref=cached``, ``miss=skip``) gets none: zero penalty, zero
+loss term and gradient, and zero logged KL (``ablate.refs.base.fill_uncovered``).
 
 The loop drives the same ``transformers.TrainerCallback`` objects the TRL trainers use, so evaluation,
 reference updates and logging are shared with DPO and GRPO. The arithmetic is in ``ppo_math`` and
@@ -15,6 +18,7 @@ reference updates and logging are shared with DPO and GRPO. The arithmetic is in
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ablate.algos import registry
 from ablate.algos.kl_control import make_controller
-from ablate.algos.kl_estimators import kl_penalty
+from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, zero_gradient_warning
 from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
 from ablate.models.logprobs import logits_logprobs
 from ablate.models.precision import autocast
@@ -33,6 +37,7 @@ from ablate.models.sampling import SampledBatch, sample
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 from ablate.tracking.checkpoint import checkpoints_dir
 
+log = logging.getLogger(__name__)
 STATE_FILE = "ppo_state.pt"
 
 
@@ -76,6 +81,7 @@ class PPOTrainer:
         params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=self.algo.learning_rate, weight_decay=self.algo.weight_decay)
         self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
+        self.placement = self.algo.placement()  # reward | loss
         self.kl_controller = make_controller(self.algo.kl_control, self.beta, self.algo.kl_target, self.algo.kl_horizon)
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
@@ -122,11 +128,12 @@ class PPOTrainer:
         old_logp, old_values = self._forward(batch)
         self.model.train()
         if self.reference.has_reference:  # rows it has no term for (NaN) become old_logp: zero KL and penalty
-            ref_logp = fill_uncovered(self.reference.logprobs(batch).to(old_logp.dtype), old_logp)
+            raw = self.reference.logprobs(batch).to(old_logp.dtype)  # NaN rows: kept for the loss placement
+            ref_logp = fill_uncovered(raw, old_logp)
         else:
-            ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
+            raw = ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
         kl = kl_penalty(old_logp, ref_logp, self.algo.kl_estimator) * mask
-        rewards = token_rewards(scores, kl, self.beta, mask)
+        rewards = token_rewards(scores, kl, self.beta if self.placement == "reward" else 0.0, mask)
         adv, returns = gae(rewards, old_values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
             adv = masked_whiten(adv, mask)
@@ -136,6 +143,7 @@ class PPOTrainer:
             mask=mask,
             old_logp=old_logp,
             old_values=old_values,
+            ref_logp=raw,
             adv=adv,
             returns=returns,
             scores=scores,
@@ -146,6 +154,9 @@ class PPOTrainer:
 
     def optimise(self, data: dict) -> dict[str, float]:
         stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "vf_loss": [], "clipfrac": [], "vf_clipfrac": []}
+        kl_in_loss = self.placement == "loss" and self.beta != 0.0
+        if kl_in_loss:
+            stats["kl_loss"] = []
         n = data["batch"].input_ids.shape[0]
         g = torch.Generator().manual_seed(self.cfg.seed + self.state.global_step)
         for _ in range(self.algo.ppo_epochs):
@@ -161,6 +172,10 @@ class PPOTrainer:
                     values, data["old_values"][idx], data["returns"][idx], m, self.algo.cliprange_value
                 )
                 loss = pg + self.algo.vf_coef * vf
+                if kl_in_loss:
+                    kl_loss = self._kl_loss(logp, data, idx, m)
+                    loss = loss + self.beta * kl_loss
+                    stats["kl_loss"].append(float(kl_loss.detach()))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(
@@ -176,6 +191,12 @@ class PPOTrainer:
                 ):
                     stats[k].append(float(v.detach()))
         return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    def _kl_loss(self, logp: torch.Tensor, data: dict, idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The loss placement's term (before beta): the token mean of the estimator, differentiated through the
+        minibatch's log-probs; rows without a reference term contribute 0 with zero gradient."""
+        term = covered_loss_penalty(logp, data["ref_logp"][idx], self.algo.kl_estimator, data["old_logp"][idx])
+        return masked_mean(term, mask)
 
     # ------------------------------------------------------------------ what resume and KL control read
     @property
@@ -272,6 +293,9 @@ class PPOTrainer:
 def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Reference, callbacks, device, proxy=None, **_):
     """``proxy``: a learned reward to train on; the gold reward is then logged alongside as ``reward_gold``.
     Registered as is (the registry's other keywords are ignored)."""
+    warning = zero_gradient_warning(cfg.algo.kl_estimator, cfg.algo.placement())
+    if warning:
+        log.warning(warning)
     gold = lambda sb: reward(sb.texts)  # noqa: E731
     if proxy is None:
         return PPOTrainer(

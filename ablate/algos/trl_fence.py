@@ -8,10 +8,10 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   values. ``_prepare_dataset`` passes a dataset already in token ids through untouched, so DPO trains on the
   pairs' one tokenisation (:mod:`ablate.tasks.pair_tokens`).
 - GRPO: TRL has no ``ref_model`` argument and loads its own copy whenever ``beta > 0``; the trainer is built
-  with ``beta = 0`` (so it loads nothing), then gets its real beta and a placeholder ``ref_model``, and TRL's
-  one call for reference log-probs, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered
-  by the regime. The same override fills rows the regime has no term for at loss time, and ``_compute_loss``
-  can run without TRL's KL term (k1 in the reward).
+  with ``beta = 0`` (loading nothing), then gets its real beta and a placeholder ``ref_model``; TRL's one
+  reference call, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered by the regime, and
+  the same override fills uncovered rows at loss time. ``_compute_loss`` runs with TRL's KL term, without it,
+  or with one of ours summed as TRL sums its per-token loss under ``loss_type="dapo"``.
 - Both: the fused LM head (``add_fused_lm_head``; its CPU tile functions replaced by memory-lean ones that
   compute bit for bit the same, :func:`use_lean_head`), TRL's metrics buffer ``_metrics`` (DPO also reads its
   ``logps/chosen`` back, to log the SFT replay term) and DPO's token counter ``_total_train_tokens`` (not in the
@@ -114,7 +114,15 @@ CONTRACT: tuple[Expect, ...] = (
         "GRPOTrainer._compute_loss",
         lambda: _grpo()._compute_loss,
         ("self", "model", "inputs"),
-        ("self.beta", 'inputs["ref_per_token_logps"]', "self._get_per_token_logps_and_entropies("),
+        (
+            "self.beta",
+            'inputs["ref_per_token_logps"]',
+            "self._get_per_token_logps_and_entropies(",
+            "self.args.use_bias_correction_kl",  # k3 times the importance ratio (kl_estimators.loss_penalty)
+            '"tool_mask"',
+            'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
+            "normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation",
+        ),
     ),
     Expect(
         "GRPOTrainer._generate_single_turn",
@@ -304,15 +312,14 @@ DPO_ARGS = {"precompute_ref_log_probs": True}
 
 @cache
 def grpo_base():
-    """``GRPOTrainer`` with a regime's reference in place of TRL's. Build it with ``GRPOConfig(beta=0)`` and
-    the real ``beta``; subclasses implement :meth:`reference_token_logps` and may override
-    :meth:`loss_reference` and :attr:`kl_in_loss`."""
+    """``GRPOTrainer`` with a regime's reference in place of TRL's, built with ``GRPOConfig(beta=0)`` and the real
+    ``beta``: subclasses implement :meth:`reference_token_logps` (:meth:`loss_reference`, :meth:`loss_kl` too)."""
     from trl import GRPOTrainer
 
     use_lean_head()
 
     class FencedGRPOTrainer(TRLState, GRPOTrainer):
-        #: False: TRL's loss runs without its KL term (the KL is elsewhere, e.g. in the reward)
+        #: False: TRL's loss runs without its KL term (the KL is in the reward, or :meth:`loss_kl`'s)
         kl_in_loss = True
         #: the task's stop rule (``task.max_sentences``, :mod:`ablate.tasks.stop_rule`); None: EOS or the cap only
         max_sentences: int | None = None
@@ -349,6 +356,10 @@ def grpo_base():
             """The reference log-probs TRL's loss uses, given the loss-time policy log-probs (default: as is)."""
             return ref_logps
 
+        def loss_kl(self, policy_logps, ref_logps, mask) -> torch.Tensor | None:
+            """[B, T] with :attr:`kl_in_loss` False: a per-token KL term added to the loss times beta (None: none)."""
+            return None
+
         def policy_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:
             """[B, logits_to_keep] the policy's log-probs of the completion tokens, computed as TRL computes them."""
             logps, _, _ = super()._get_per_token_logps_and_entropies(
@@ -357,37 +368,33 @@ def grpo_base():
             return logps
 
         def _compute_loss(self, model, inputs):
-            if not self.kl_in_loss and self.beta != 0.0:
-                beta, self.beta = self.beta, 0.0
-                try:
-                    return super()._compute_loss(model, inputs)
-                finally:
-                    self.beta = beta
-            self._loss_inputs = dict(inputs)
+            beta, own = self.beta, not self.kl_in_loss and self.beta != 0.0  # own: TRL's KL term left out
+            self._loss_inputs, self._loss_logps, self.beta = dict(inputs), None, 0.0 if own else beta
             try:
-                return super()._compute_loss(model, self._loss_inputs)
+                loss = super()._compute_loss(model, self._loss_inputs)
+                mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)  # the tokens TRL's loss sums over
+                term = self.loss_kl(self._loss_logps, inputs["ref_per_token_logps"], mask) if own else None
             finally:
-                self._loss_inputs = None
+                self.beta, self._loss_inputs, self._loss_logps = beta, None, None
+            return loss if term is None else loss + beta * self.dapo_sum(term, mask, inputs)
 
-        def _get_per_token_logps_and_entropies(
-            self,
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=None,
-            compute_entropy=False,
-            *args,
-            **kwargs,
-        ):
+        def dapo_sum(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
+            """A per-token loss term summed as TRL's ``_compute_loss`` sums its own under ``loss_type="dapo"``."""
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if self.model.training:
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return (per_token * mask).sum() / normalizer
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *a, **kw):
             if isinstance(model, RegimeRefSlot):
+                batch_size = kw.get("batch_size", a[0] if a else None)
                 return self.reference_token_logps(input_ids, attention_mask, logits_to_keep, batch_size), None, None
-            out = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs
-            )
+            out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *a, **kw)
             inputs = self._loss_inputs
-            if inputs is not None and inputs.get("ref_per_token_logps") is not None:  # TRL reads it next
-                inputs["ref_per_token_logps"] = self.loss_reference(inputs["ref_per_token_logps"], out[0])
+            if inputs is not None:  # inside _compute_loss: the loss-time log-probs, and the reference TRL reads next
+                self._loss_logps = out[0]
+                if inputs.get("ref_per_token_logps") is not None:
+                    inputs["ref_per_token_logps"] = self.loss_reference(inputs["ref_per_token_logps"], out[0])
             return out
 
     return FencedGRPOTrainer

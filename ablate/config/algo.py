@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
-from ablate.config.checks import DPOLoss, KLControl, KLEstimator, RewardSource, require, require_choice
+from ablate.config.checks import DPOLoss, KLControl, KLEstimator, KLPlacement, RewardSource, require, require_choice
 
 
 # ------------------------------------------------------------------------------------------------ algo
@@ -31,6 +32,10 @@ class AlgoConfig:
         require(self.max_steps >= 1, f"algo.max_steps must be >= 1, got {self.max_steps}")
         require(self.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {self.warmup_steps}")
         require(self.max_grad_norm > 0, f"algo.max_grad_norm must be > 0, got {self.max_grad_norm}")
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What ``summary.json`` records about these settings beyond ``config.yaml`` (none here)."""
+        return {}
 
 
 @dataclass
@@ -79,6 +84,8 @@ class OnlineAlgoConfig(AlgoConfig):
 
     temperature: float = 1.0
     kl_estimator: str = "k3"  # KLEstimator
+    # KLPlacement; None: the reward for k1, else the algorithm's own place (:meth:`placement`)
+    kl_placement: str | None = None
     kl_control: str = "fixed"  # KLControl
     kl_target: float = 0.05
     kl_horizon: int = 100  # adaptive: steps over which a clipped error of 0.2 changes beta by 20%
@@ -88,6 +95,8 @@ class OnlineAlgoConfig(AlgoConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require_choice("algo.kl_estimator", self.kl_estimator, KLEstimator)
+        if self.kl_placement is not None:
+            require_choice("algo.kl_placement", self.kl_placement, KLPlacement)
         require_choice("algo.kl_control", self.kl_control, KLControl)
         require_choice("algo.reward", self.reward, RewardSource)
         require(
@@ -96,6 +105,23 @@ class OnlineAlgoConfig(AlgoConfig):
         )
         require(self.kl_target > 0, f"algo.kl_target must be > 0, got {self.kl_target}")
         require(self.kl_horizon >= 1, f"algo.kl_horizon must be >= 1, got {self.kl_horizon}")
+
+    #: where the KL term goes when ``kl_placement`` is unset and the estimator is not k1
+    home_placement = "reward"
+
+    def placement(self) -> str:
+        """Where the KL term goes: ``kl_placement`` as written; unset, ``reward`` for k1 (k1 in the loss, the
+        zero-gradient mistake, is never a default) and the algorithm's :attr:`home_placement` otherwise."""
+        if self.kl_placement is not None:
+            return self.kl_placement
+        return "reward" if self.kl_estimator == "k1" else self.home_placement
+
+    def zero_gradient_ablation(self) -> bool:
+        """True when the run asked for k1 in the loss: on-policy its expected gradient is 0 (an ablation)."""
+        return self.kl_estimator == "k1" and self.placement() == "loss"
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"kl_zero_gradient_ablation": self.zero_gradient_ablation()}
 
 
 @dataclass
@@ -107,6 +133,7 @@ class GRPOAlgoConfig(OnlineAlgoConfig):
     num_generations: int = 4  # group size
     kl_target: float = 0.05  # adaptive: target per-token KL
     max_prompt_length: int = 128
+    home_placement = "loss"  # k3 in the loss: TRL's own term
 
     def __post_init__(self) -> None:
         super().__post_init__()

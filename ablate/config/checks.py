@@ -12,7 +12,11 @@ Precision = Literal["bf16", "fp32"]  # bf16: fp32 weights, bf16 autocast for com
 # sigmoid: the DPO paper's loss; simpo: SimPO (Meng et al. 2024), reference-free (ref=none only)
 DPOLoss = Literal["sigmoid", "ipo", "hinge", "simpo"]
 KLControl = Literal["fixed", "adaptive"]  # adaptive: Ziegler et al. 2019
-KLEstimator = Literal["k3", "k1"]  # k3: (e^l - 1) - l, unbiased, >= 0 (GRPO's); k1: -l, unbiased, often < 0
+# with l = log ref - log pi on a sample of pi: k1 = -l (unbiased, often < 0), k2 = l^2 / 2 (biased, >= 0),
+# k3 = (e^l - 1) - l (unbiased, >= 0; TRL's GRPO term)
+KLEstimator = Literal["k1", "k2", "k3"]
+# reward: the per-token penalty, detached, enters the reward (advantages); loss: it is differentiated in the loss
+KLPlacement = Literal["reward", "loss"]
 RewardSource = Literal["gold", "learned"]  # gold: VADER; learned: a reward model trained on gold-labelled pairs
 LoggerMode = Literal["offline", "online", "disabled"]
 # coupled: Gumbel-max with noise keyed by (seed, prompt, sample, position, token), the same response at any batch

@@ -6,10 +6,12 @@ those numbers (``kl/*`` logged, summary keys without the prefix):
 - DPO, on its training pairs: the reference's sequence log-prob margin ``log ref(y_w) - log ref(y_l)``; its
   error against the truth, ``margin_err_mean`` (signed), ``margin_err_sd``, ``margin_err_max`` (largest |error|);
   ``dpo_loss``, the DPO loss of the first batch under the regime (``ln 2`` at step 0 when the regime is exact).
-- GRPO and PPO, on fresh policy samples (the evaluation's): the per-token KL penalty with the run's estimator,
-  ``kl(log pi, log ref)``, and its error against the same penalty with the true reference, ``kl_penalty_err_mean``
-  and ``kl_penalty_err_sd`` (over tokens). A row the regime has no term for (``ref=cached``, ``miss=skip``) enters
-  as training uses it: a zero penalty.
+- GRPO and PPO, on fresh policy samples (the evaluation's): the per-token KL penalty with the run's estimator
+  (k1, k2 = l^2 / 2 or k3), ``kl(log pi, log ref)``, and its error against the same penalty with the true reference,
+  ``kl_penalty_err_mean`` and ``kl_penalty_err_sd`` (over tokens). The value is the same whichever the placement
+  (in the loss, TRL's k3 times an importance ratio that is 1 at the sampling policy); what the placement changes is
+  the gradient, which ``grad_cos`` follows (with k1 in the loss the reference leaves the gradient untouched). A row
+  the regime has no term for (``ref=cached``, ``miss=skip``) enters as training uses it: a zero penalty.
 - Every algorithm: ``grad_cos``, the cosine between the gradient of the first batch's loss under the regime and under
   the true reference (same batch, same weights; :mod:`ablate.algos.first_step_losses`). DPO's first batch is its
   first ``algo.batch_size`` training pairs; GRPO's and PPO's a batch of fresh samples of the first training prompts,
@@ -176,16 +178,14 @@ class FidelityProbe:
         a = self.algo
 
         def loss(ref):
-            def f():
+            def f():  # the regime's rows without a reference term (NaN) get none, as in training
                 lp = _policy_logprobs(policy, batch, self.precision).double()
-                r = fill_uncovered(ref, lp)
+                kl = dict(beta=a.beta, estimator=a.kl_estimator, placement=a.placement())
                 if a.name == "grpo":
-                    return losses.grpo_loss(
-                        lp, r, mask, rewards, group_size=a.num_generations, beta=a.beta, estimator=a.kl_estimator
-                    )
+                    return losses.grpo_loss(lp, ref, mask, rewards, group_size=a.num_generations, **kl)
                 return losses.ppo_policy_loss(
-                    lp, r, mask, rewards, beta=a.beta, estimator=a.kl_estimator, gamma=a.gamma, lam=a.lam,
-                    whiten=a.whiten_advantages, cliprange=a.cliprange,
+                    lp, ref, mask, rewards, gamma=a.gamma, lam=a.lam, whiten=a.whiten_advantages,
+                    cliprange=a.cliprange, **kl,
                 )  # fmt: skip
 
             return f

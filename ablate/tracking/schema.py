@@ -191,6 +191,10 @@ METRICS: list[Metric] = [
     Metric("loss_extra_bytes", None, "bytes", "lower",
            "bytes the loss holds beyond the policy and the reference (algo.l2_init's copy of the initial weights; "
            "0 without it), not in ref_bytes"),
+    Metric("kl_zero_gradient_ablation", None, "", None,
+           "GRPO/PPO: true when the run asked for k1 in the loss (algo.kl_placement=loss, algo.kl_estimator=k1), "
+           "whose expected gradient on policy is 0: an ablation of that known mistake, not a KL penalty",
+           numeric=False),
     Metric("wall_s", None, "s", "lower",
            "wall time of the job, earlier attempts of a resumed job included",
            required=True),

@@ -102,7 +102,7 @@ def test_cached_regime_trains_like_full_with_zero_reference_forwards(
     runs = {}
     for name, reference in (
         ("full", FullReference(FullRefConfig(), ref_ctx)),
-        ("cached", CachedReference(CachedRefConfig(miss="error"), ref_ctx)),
+        ("cached", CachedReference(CachedRefConfig(miss="error", batch_size=2), ref_ctx)),
     ):
         prepare_from_pairs(reference, tokenizer, PAIRS)  # as the pipeline does, for every algorithm
         trainer = _dpo_trainer_cls()(

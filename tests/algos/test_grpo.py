@@ -92,7 +92,7 @@ def test_grpo_cached_skip_rows_have_no_kl_term(tmp_path, tiny_source, tokenizer,
         if name == "none":
             reference = NoReference(NoneRefConfig(), ref_ctx)
         else:
-            reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
+            reference = CachedReference(CachedRefConfig(miss="skip", batch_size=1), ref_ctx)
             prepare_from_pairs(reference, tokenizer, [Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
         rec = _recorder()
         _train(

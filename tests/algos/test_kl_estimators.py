@@ -6,7 +6,7 @@ import itertools
 
 import torch
 
-from ablate.algos.kl_estimators import k1_reward_penalty, kl_penalty, sequence_k1
+from ablate.algos.kl_estimators import kl_penalty, reward_penalty, sequence_penalty
 
 BETA = 0.3
 V, T = 6, 2  # a categorical over 6 outcomes per token, sequences of 2 independent tokens: 36 outcomes
@@ -41,7 +41,7 @@ def test_k1_in_the_reward_has_the_gradient_of_minus_kl():
     logp, ref_lp = _token_logps(theta, ref, seqs)
     seq_logp = logp.sum(1)
     prob = seq_logp.exp().detach()  # exact expectation over outcomes, the sampling weights carry no gradient
-    reward = k1_reward_penalty(logp, ref_lp, torch.ones_like(logp), BETA)  # detached by construction
+    reward = reward_penalty(logp, ref_lp, torch.ones_like(logp), BETA, "k1")  # detached by construction
     assert not reward.requires_grad
     reinforce = _grad((prob * reward * seq_logp).sum(), theta)  # E[R(y) grad log pi(y)]
     expected = _exact_kl_gradient(theta, ref)
@@ -59,10 +59,12 @@ def test_k1_in_the_loss_has_zero_expected_gradient():
     assert _exact_kl_gradient(theta, ref).abs().max() > 1e-2
 
 
-def test_sequence_k1_sums_masked_tokens_and_is_detached():
+def test_sequence_penalty_sums_masked_tokens_and_is_detached():
     logp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -0.5]], requires_grad=True)
     ref = torch.tensor([[-1.5, -1.0, 0.0], [-1.0, -1.0, -1.0]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    k1 = sequence_k1(logp, ref, mask)
+    k1 = sequence_penalty(logp, ref, mask, "k1")
     assert torch.equal(k1, torch.tensor([0.5 - 1.0, 0.5])) and not k1.requires_grad
-    assert torch.equal(k1_reward_penalty(logp, ref, mask, 0.1), -0.1 * k1)
+    assert torch.equal(reward_penalty(logp, ref, mask, 0.1, "k1"), -0.1 * k1)
+    k2 = sequence_penalty(logp, ref, mask, "k2")
+    assert torch.equal(k2, torch.tensor([0.125 + 0.5, 0.125])) and not k2.requires_grad

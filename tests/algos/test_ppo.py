@@ -86,7 +86,7 @@ def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(
             self.logs.append(dict(logs or {}))
 
     ref_ctx.cache_root = str(cache_root)
-    reference = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
+    reference = CachedReference(CachedRefConfig(miss="skip", batch_size=1), ref_ctx)
     prepare_from_pairs(reference, tokenizer, [Pair(PROMPTS[0], "A lovely film.", "Awful.", 0.5, -0.5)])
     rec = Recorder()
     trainer = PPOTrainer(

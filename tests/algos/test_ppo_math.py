@@ -38,8 +38,9 @@ def test_kl_penalties():
     l = ref - logp
     assert torch.allclose(kl_penalty(logp, ref, "k3"), torch.exp(l) - 1 - l)
     assert (kl_penalty(logp, ref, "k3") >= 0).all()
+    assert torch.allclose(kl_penalty(logp, ref, "k2"), l.pow(2) / 2)
     with pytest.raises(ValueError):
-        kl_penalty(logp, ref, "k2")
+        kl_penalty(logp, ref, "k4")
 
 
 def test_policy_loss_clips_on_known_inputs():
