@@ -17,7 +17,7 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         output_dir=str(checkpoints_dir(out_dir)),
         per_device_train_batch_size=algo.batch_size,
         gradient_accumulation_steps=algo.grad_accum,
-        learning_rate=algo.learning_rate,
+        learning_rate=cfg.model.adapter.learning_rate(algo.learning_rate),
         max_steps=algo.max_steps,
         warmup_steps=algo.warmup_steps,
         lr_scheduler_type=algo.lr_scheduler,

@@ -18,11 +18,19 @@ class AdapterConfig:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # the adapter trains at algo.learning_rate times this: a LoRA run at full fine-tuning's rate barely moves
+    # (SmolLM2 DPO, 40 steps at 5e-6: true KL 1e-4 against 0.15 for full fine-tuning)
+    lr_multiplier: float = 10.0
 
     def __post_init__(self) -> None:
         require(self.r >= 1, f"model.adapter.r must be >= 1, got {self.r}")
+        require(self.lr_multiplier > 0, f"model.adapter.lr_multiplier must be > 0, got {self.lr_multiplier}")
         require(self.alpha > 0, f"model.adapter.alpha must be > 0, got {self.alpha}")
         require(0.0 <= self.dropout < 1.0, f"model.adapter.dropout must be in [0, 1), got {self.dropout}")
+
+    def learning_rate(self, base: float) -> float:
+        """The optimiser's learning rate for an algorithm whose full fine-tuning rate is ``base``."""
+        return base * self.lr_multiplier if self.enabled else base
 
 
 @dataclass
