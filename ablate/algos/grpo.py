@@ -177,6 +177,7 @@ def trl_args(cfg, out_dir: Path, device: torch.device, reward_weights: list[floa
         temperature=algo.temperature,
         top_k=0,
         top_p=1.0,
+        mask_truncated_completions=False,  # completions cut by the task's stop rule have no EOS: they still train
         beta=0.0,  # the real beta goes to the trainer (see ablate.algos.trl_fence.grpo_base)
         loss_type="dapo",  # TRL's default, written out: our own KL loss term is summed as its loss (trl_fence)
         reward_weights=reward_weights,

@@ -333,20 +333,11 @@ def grpo_base():
             self.ref_model = RegimeRefSlot() if beta != 0.0 else None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-            """TRL's rollouts, each completion cut where the task's stop rule ends it (the tokens kept are the
-            ones sampled; a cut completion has no EOS, as one that reached the cap)."""
-            ids, logprobs = super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
-            )
-            if self.max_sentences is None:
-                return ids, logprobs
-            from ablate.tasks.stop_rule import cut_completion
+            """TRL's rollouts cut by the task's stop rule (:func:`ablate.tasks.stop_rule.cut_rollouts`)."""
+            from ablate.tasks.stop_rule import cut_rollouts
 
-            eos = set(self.eos_token_ids)
-            cut = [cut_completion(self.processing_class, c, eos, self.max_sentences) for c in ids]
-            if logprobs is not None:  # vLLM's sampling log-probs, one per completion token
-                logprobs = [lp[: len(c)] for lp, c in zip(logprobs, cut, strict=True)]
-            return cut, logprobs
+            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+            return cut_rollouts(self.processing_class, *out, set(self.eos_token_ids), self.max_sentences)
 
         def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:
             """[B, logits_to_keep] the reference's log-probs of the completion tokens (TRL's reference call)."""

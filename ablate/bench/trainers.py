@@ -85,7 +85,7 @@ def _grpo(kind: str, cfg, pieces, timer, out: Path):
         from ablate.bench.costs import build_regime
 
         reference, _, _ = build_regime(cfg, pieces)
-        return build_trainer(
+        trainer = build_trainer(
             cfg,
             policy=policy,
             tokenizer=pieces.tokenizer,
@@ -96,6 +96,8 @@ def _grpo(kind: str, cfg, pieces, timer, out: Path):
             out_dir=out,
             device=pieces.device,
         )
+        trainer.max_sentences = None  # stock TRL has no stop rule: both sides time the same completions
+        return trainer
     from trl import GRPOTrainer
 
     args = trl_args(cfg, out, pieces.device)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ablate.cache import CacheEntry
 from ablate.tasks.prompts import prompts_fingerprint
+from ablate.tasks.stop_rule import RULE
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class BaselineSettings:
     sampler: str
     device: str  # the device type: kernels differ, and so may the sampled tokens
     max_sentences: int | None  # the task's stop rule (ablate.tasks.stop_rule)
+    stop_rule: str = RULE  # and the rule itself: another rule, other responses
 
 
 def baseline_key(

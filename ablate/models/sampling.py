@@ -30,7 +30,7 @@ from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
 from ablate.models.precision import autocast, is_bf16
 from ablate.refs.base import TokenBatch
-from ablate.tasks.stop_rule import sentence_cut
+from ablate.tasks.stop_rule import cut_completion
 
 SAMPLERS = ("coupled", "multinomial")
 
@@ -39,7 +39,7 @@ SAMPLERS = ("coupled", "multinomial")
 class SampledBatch:
     prompts: list[str]
     texts: list[str]  # decoded responses, special tokens removed
-    batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers response tokens up to the first EOS
+    batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers the response (to its EOS or the cut)
     lengths: list[int]  # response tokens, EOS included
     truncated: list[bool]  # the response reached max_new_tokens without an EOS or the stop rule's end
 
@@ -126,12 +126,10 @@ def _rng_scope(sampler: str, seed: int, device: torch.device):
 def _stop_rule_mask(resp: torch.Tensor, mask: torch.Tensor, tokenizer, max_sentences: int) -> torch.Tensor:
     """``mask`` (1 up to the first EOS) with each row also ended where the stop rule cuts it."""
     mask = mask.clone()
-    has_eos = (resp == tokenizer.eos_token_id).any(1)
+    eos = {tokenizer.eos_token_id}
     for i, row in enumerate(resp.tolist()):
-        stop = int(mask[i].sum()) - int(has_eos[i])  # response tokens before the EOS
-        cut = sentence_cut(tokenizer, row[:stop], max_sentences)
-        if cut < stop:
-            mask[i, cut:] = 0
+        n = int(mask[i].sum())  # response tokens, the EOS included if there is one
+        mask[i, len(cut_completion(tokenizer, row[:n], eos, max_sentences)) :] = 0
     return mask
 
 

@@ -15,6 +15,7 @@ from ablate.models.loading import load_model
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 from ablate.tasks.safety import SafetyJudge
+from ablate.tasks.stop_rule import RULE
 from tests.conftest import tiny_evaluator
 
 CPU = torch.device("cpu")
@@ -136,6 +137,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
         "sampler": "coupled",
         "device": "cpu",
         "max_sentences": 1,  # the task's stop rule
+        "stop_rule": RULE,
     }
 
 

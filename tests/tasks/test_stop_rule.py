@@ -40,6 +40,9 @@ def test_a_completion_that_ends_first_keeps_its_eos_and_a_cut_one_has_none(token
     long = _ids(tokenizer, "Fine. Then more text") + [eos]
     assert cut_completion(tokenizer, long, {eos}, 1) == _ids(tokenizer, "Fine.")
     assert cut_completion(tokenizer, long, {eos}, None) == long
+    for ending in ("Fine.\n", "Fine. "):  # the model ended its answer itself, after whitespace: its EOS stays
+        whole = _ids(tokenizer, ending) + [eos]
+        assert cut_completion(tokenizer, whole, {eos}, 1) == whole
 
 
 def test_the_sampler_masks_after_the_cut_and_a_cut_response_is_not_truncated(tokenizer):
