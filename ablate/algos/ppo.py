@@ -78,9 +78,12 @@ class PPOTrainer:
         self.gold_fn = gold_fn  # with a learned (proxy) score_fn: the gold reward, logged alongside
         self.precision = cfg.model.precision
         self.value_head = ValueHead(policy.config.hidden_size).to(device)
-        params = [p for p in policy.parameters() if p.requires_grad] + list(self.value_head.parameters())
-        lr = cfg.model.adapter.learning_rate(self.algo.learning_rate)
-        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.algo.weight_decay)
+        policy_lr = cfg.model.adapter.learning_rate(self.algo.learning_rate)  # the adapter's is a multiple
+        groups = [  # the fresh value head at the algorithm's own rate
+            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": policy_lr},
+            {"params": list(self.value_head.parameters()), "lr": self.algo.learning_rate},
+        ]
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=self.algo.weight_decay)
         self.beta = self.algo.beta if reference.has_reference else 0.0  # ref=none: no KL term
         self.placement = self.algo.placement()  # reward | loss
         self.kl_controller = make_controller(self.algo.kl_control, self.beta, self.algo.kl_target, self.algo.kl_horizon)

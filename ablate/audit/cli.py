@@ -140,10 +140,10 @@ def settings(cfg, inputs, data_label: str, batches: list, n_fresh: int) -> dict:
         f"of up to {d.batch_size}",
         "dpo": f"beta {d.beta}, loss {d.loss_type}, max_length {d.max_length}",
         "online_algo": o.name,
-        "online": f"{o.name}: beta {o.beta}, estimator {o.kl_estimator}, batch {o.batch_size}"
+        "online": f"{o.name}: beta {o.beta}, estimator {o.kl_estimator} in the {o.placement()}, batch {o.batch_size}"
         + (f", {o.num_generations} generations" if hasattr(o, "num_generations") else ""),
-        "fresh_samples": f"{n_fresh} prompts, 1 response each, up to {cfg.task.max_new_tokens} new tokens, "
-        f"eval.sampler {cfg.eval.sampler}",
+        "fresh_samples": f"{n_fresh} prompts, 1 response each, up to {cfg.task.max_new_tokens} new tokens "
+        f"(task.max_sentences {cfg.task.max_sentences}), eval.sampler {cfg.eval.sampler}",
         "seed": cfg.seed,
     }
 

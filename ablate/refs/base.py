@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +17,8 @@ from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     from ablate.config import Config, RefConfig
+
+log = logging.getLogger(__name__)
 
 REGISTRY: dict[str, type[Reference]] = {}
 
@@ -176,7 +179,11 @@ class Reference(ABC):
     def cost(self) -> RefCost:
         """What the regime has cost so far. ``extra["bytes_vs_bf16"]`` (``ref_bytes_vs_bf16`` in the summary): the bytes
         it holds over those of a bf16 full copy of the reference model (:func:`bf16_copy_bytes`)."""
-        self._cost.extra["bytes_vs_bf16"] = self._cost.bytes_held / bf16_copy_bytes(self.ctx)
+        try:  # counted from the model's config on the meta device; a config transformers cannot build has none
+            self._cost.extra["bytes_vs_bf16"] = self._cost.bytes_held / bf16_copy_bytes(self.ctx)
+        except Exception as e:  # never let a cost ratio stop a (failed) run's summary from being written
+            log.warning("ref_bytes_vs_bf16 is NaN: the reference model's parameters could not be counted (%s)", e)
+            self._cost.extra["bytes_vs_bf16"] = float("nan")
         return self._cost
 
     def state_dict(self) -> dict[str, Any]:
@@ -215,7 +222,8 @@ def fill_uncovered(ref_logps: torch.Tensor, policy_logps: torch.Tensor) -> torch
     """``ref_logps`` with each uncovered row replaced by the policy's own log-probs, detached: both KL
     estimators (k1 = log pi - log ref, k3 = e^(ref - log pi) - (ref - log pi) - 1) are then exactly 0
     there whatever the policy's values, and k3 (the one used inside a loss) has exactly zero gradient
-    (k1 enters rewards only, detached). Other rows are returned as they are;
+    (the harness's own k1/k2 loss terms and reward penalties mask such rows out explicitly:
+    :mod:`ablate.algos.kl_estimators`). Other rows are returned as they are;
     the result has the promoted dtype of the two (so a filled value equals the policy's exactly)."""
     rows = uncovered_rows(ref_logps).view(-1, *([1] * (ref_logps.dim() - 1)))
     return torch.where(rows, policy_logps.detach(), ref_logps)

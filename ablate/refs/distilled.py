@@ -107,6 +107,7 @@ def cache_key(cfg: DistilledRefConfig, ctx: RefContext, seqs, source=None) -> di
         "config": _config_dict(cfg),
         "student_source": source.fingerprint if source is not None else None,
         "precision": _precision(ctx),
+        "device": ctx.device.type,  # kernels differ, and so would the trained weights
         "format": _FORMAT,
     }
 

@@ -22,31 +22,8 @@ from tests.conftest import typed_config
 from tests.refs.test_distilled import PAIRS
 
 CPU = torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("one_thread")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def source4(cache_root):
-    """A 4-layer tiny SFT model (the teacher here); ``tiny_source`` (2 layers) is the smaller ``ref.path`` model."""
-    from ablate.config import TinyModelConfig
-    from ablate.models.loading import resolve_source
-
-    return resolve_source(TinyModelConfig(name="tiny", num_layers=4), cache_root)
-
-
-@pytest.fixture(scope="module")
-def tok(source4):
-    from ablate.models.loading import load_tokenizer
-
-    return load_tokenizer(source4)
 
 
 @pytest.fixture(scope="module")

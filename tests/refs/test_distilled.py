@@ -32,31 +32,7 @@ RESPONSES = ["It was a wonderful, moving story.", "regretted every minute"]
 # the student most tests share: all 25 steps (no target), on the pairs and 2 fresh 8-token samples per prompt
 MAIN = dict(num_layers=2, steps=25, batch_size=4, target_kl=None, fresh_per_prompt=2, fresh_max_new_tokens=8)
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The tiny model's matmuls gain nothing from threads, and on a busy shared machine they lose a lot."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def source4(cache_root):
-    """A 4-layer tiny SFT model, so a student can take a real subset of layers."""
-    from ablate.config import TinyModelConfig
-    from ablate.models.loading import resolve_source
-
-    return resolve_source(TinyModelConfig(name="tiny", num_layers=4), cache_root)
-
-
-@pytest.fixture(scope="module")
-def tok(source4):
-    from ablate.models.loading import load_tokenizer
-
-    return load_tokenizer(source4)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

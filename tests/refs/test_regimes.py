@@ -9,7 +9,6 @@ from ablate.eval.kl import exact_kl_per_token, gather_token_logprobs
 from ablate.models.loading import add_adapter, load_model
 from ablate.refs.cached import CachedRefConfig, CachedReference
 from ablate.refs.ema import EmaRefConfig, EmaReference
-from ablate.refs.full import FullRefConfig, FullReference
 from ablate.refs.int8 import Int8RefConfig, Int8Reference
 from ablate.refs.nf4 import Nf4RefConfig, Nf4Reference
 from ablate.refs.none import NoneRefConfig, NoReference
@@ -17,19 +16,7 @@ from ablate.refs.shared import SharedRefConfig, SharedReference
 from ablate.refs.snapshot import SnapshotRefConfig, SnapshotReference
 from ablate.refs.topk import TopKRefConfig, TopKReference, topk_distribution
 from tests.conftest import token_batch
-
-PROMPTS = ["Review the film:", "Continue: I watched it and", "Write a review of Iron Summer."]
-RESPONSES = ["It was a wonderful, moving story.", "regretted every minute", "Great acting, lovely score."]
-
-
-@pytest.fixture
-def batch(tokenizer):
-    return token_batch(tokenizer, PROMPTS, RESPONSES)
-
-
-@pytest.fixture
-def full(ref_ctx):
-    return FullReference(FullRefConfig(), ref_ctx)
+from tests.refs.conftest import PROMPTS, RESPONSES
 
 
 def _perturbed(tiny_source, scale=0.05, seed=0):

@@ -6,23 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.refs.full import FullRefConfig, FullReference
+from ablate.refs.full import FullReference
 from ablate.refs.topk import TopKRefConfig, TopKReference, topk_distribution
-from tests.conftest import compose, token_batch
+from tests.conftest import compose
 from tests.test_cli_errors import assert_one_line, run_main  # noqa: F401  (run_main: the CLI fixture)
-
-PROMPTS = ["Review the film:", "Continue: I watched it and", "Write a review of Iron Summer."]
-RESPONSES = ["It was a wonderful, moving story.", "regretted every minute", "Great acting, lovely score."]
-
-
-@pytest.fixture
-def batch(tokenizer):
-    return token_batch(tokenizer, PROMPTS, RESPONSES)
-
-
-@pytest.fixture
-def full(ref_ctx):
-    return FullReference(FullRefConfig(), ref_ctx)
 
 
 def scored_ranks(full: FullReference, batch) -> torch.Tensor:
