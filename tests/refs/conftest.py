@@ -42,6 +42,26 @@ def source4(cache_root):
     return resolve_source(TinyModelConfig(name="tiny", num_layers=4), cache_root)
 
 
+def counting_context(source, tokenizer, loads: list, train_data, cache_root):
+    """A RefContext over ``source`` whose model loads are appended to ``loads`` (so a test can count them)."""
+    from ablate.models.loading import load_model
+    from ablate.refs.base import RefContext
+
+    def counting_load(**kw):
+        loads.append(kw)
+        return load_model(source, torch.device("cpu"), **kw)
+
+    return RefContext(
+        model_dir=str(source.path),
+        model_fingerprint=source.fingerprint,
+        tokenizer=tokenizer,
+        device=torch.device("cpu"),
+        load_model=counting_load,
+        train_data=train_data,
+        cache_root=str(cache_root),
+    )
+
+
 @pytest.fixture(scope="module")
 def tok(source4):
     from ablate.models.loading import load_tokenizer

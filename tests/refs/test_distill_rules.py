@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from ablate.errors import ConfigError
-from ablate.refs.base import RefContext
 from ablate.refs.distill_data import pair_sequences, split_by_prompt
 from ablate.refs.distill_source import path_source
 from ablate.refs.distill_student import init_student, resolve_num_layers, select_layers, size_stats
 from ablate.refs.distill_train import distil_loop
 from ablate.refs.distilled import DistilledRefConfig, DistilledReference, cache_key
 from tests.conftest import typed_config
+from tests.refs.conftest import counting_context
 from tests.refs.test_distilled import PAIRS
 
 CPU = torch.device("cpu")
@@ -41,21 +41,7 @@ def loads():
 @pytest.fixture
 def ctx(source4, tok, loads, tmp_path):
     """A RefContext over the 4-layer teacher with a fresh cache; ``loads`` counts the teacher's loads."""
-    from ablate.models.loading import load_model
-
-    def counting_load(**kw):
-        loads.append(kw)
-        return load_model(source4, CPU, **kw)
-
-    return RefContext(
-        model_dir=str(source4.path),
-        model_fingerprint=source4.fingerprint,
-        tokenizer=tok,
-        device=CPU,
-        load_model=counting_load,
-        train_data=PAIRS,
-        cache_root=str(tmp_path / "cache"),
-    )
+    return counting_context(source4, tok, loads, PAIRS, tmp_path / "cache")
 
 
 # ------------------------------------------------------------------------------------------ the depth

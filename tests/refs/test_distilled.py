@@ -10,7 +10,7 @@ import torch
 
 from ablate.errors import ConfigError
 from ablate.refs import REGISTRY
-from ablate.refs.base import RefContext, module_bytes
+from ablate.refs.base import module_bytes
 from ablate.refs.distill_data import pair_sequences, split_by_prompt
 from ablate.refs.distill_student import init_student, n_params, select_layers
 from ablate.refs.distill_train import heldout_kl
@@ -18,6 +18,7 @@ from ablate.refs.distilled import DistilledRefConfig, DistilledReference, cache_
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.pairs import Pair
 from tests.conftest import compose, token_batch
+from tests.refs.conftest import counting_context
 
 PAIRS = [
     Pair("Review the film Lucky Harbor.", "A wonderful, joyful film.", "A dull and awful mess.", 0.8, -0.7),
@@ -44,21 +45,7 @@ def loads():
 @pytest.fixture(scope="module")
 def ctx(source4, tok, loads, tmp_path_factory):
     """A RefContext over the 4-layer model, with a fresh cache (so the first build is always a miss)."""
-    from ablate.models.loading import load_model
-
-    def counting_load(**kw):
-        loads.append(kw)
-        return load_model(source4, CPU, **kw)
-
-    return RefContext(
-        model_dir=str(source4.path),
-        model_fingerprint=source4.fingerprint,
-        tokenizer=tok,
-        device=CPU,
-        load_model=counting_load,
-        train_data=PAIRS,
-        cache_root=str(tmp_path_factory.mktemp("distilled_cache")),
-    )
+    return counting_context(source4, tok, loads, PAIRS, tmp_path_factory.mktemp("distilled_cache"))
 
 
 @pytest.fixture(scope="module")
