@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from ablate import distributed
 from ablate.ref_metrics import cost_metrics
 from ablate.tracking import checkpoint, schema
 
@@ -125,7 +126,8 @@ class CheckpointCallback(RunCallback):
     """Decides at each step end whether the trainer saves (:class:`ablate.tracking.checkpoint.SavePolicy`), and
     completes each checkpoint it writes with what a resumed job needs: the job's state, the trainer's resume
     state (KL coefficient, TRL's token counter) and the reference's state. A diverged job is never checkpointed
-    (never resumed into)."""
+    (never resumed into). Launched on several processes, rank 0's clock decides for all (the Trainer saves
+    collectively) and rank 0 alone completes the checkpoint."""
 
     def __init__(self, state, policy, *, reference, saving: checkpoint.SavePolicy):
         super().__init__(state, policy)
@@ -133,13 +135,16 @@ class CheckpointCallback(RunCallback):
         self.saving = saving
 
     def on_step_end(self, args, st, control, **kw):
-        control.should_save = self.state.status == "finished" and self.saving.due(st.global_step, st.max_steps)
+        due = self.state.status == "finished" and self.saving.due(st.global_step, st.max_steps)
+        control.should_save = distributed.broadcast(due)
 
     def on_save(self, args, st, control, **kw):
         if self.state.status != "finished":
             return
         path = Path(args.output_dir) / f"checkpoint-{st.global_step}"
-        checkpoint.complete(path, {**self.state.to_dict(), **self.trainer.resume_state()}, self.reference)
+        distributed.barrier()  # every process's part (its RNG state) is written before the checkpoint is complete
+        if distributed.is_main():
+            checkpoint.complete(path, {**self.state.to_dict(), **self.trainer.resume_state()}, self.reference)
         self.saving.saved()
 
 

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from ablate.errors import AblateError, ConfigError, MissingAsset, one_line, parse_error, sweep_hint
+from ablate.errors import AblateError, ConfigError, MissingAsset, first_line, one_line, parse_error, sweep_hint
 from ablate.paths import config_dir
 from ablate.versions import required
 
@@ -205,6 +205,29 @@ def missing_package(e: ModuleNotFoundError) -> MissingAsset | None:
     return MissingAsset(f"missing package {name!r} (needed for {why}); install it with: pip install {pip_name}")
 
 
+def process_overrides(argv: list[str]) -> list[str]:
+    """Hydra overrides that make the processes of a job launched on several (``accelerate launch``, ``torchrun``)
+    one run: rank 0's run folder for all of them (unless ``hydra.run.dir`` is given: its timestamp could differ
+    between processes), and no Hydra files, log file or progress bars from the others (rank 0 writes and logs)."""
+    from ablate import distributed
+
+    if "-m" in argv or "--multirun" in argv:
+        raise ConfigError(
+            f"a sweep (-m) cannot run inside a job launched on {distributed.world_size()} processes: launch each job "
+            "with accelerate launch, or sweep with a hydra/launcher (e.g. hydra/launcher=slurm)"
+        )
+    out = []
+    if not any(a.startswith("hydra.run.dir=") for a in argv):
+        from ablate.compose import compose_raw
+
+        run_dir = str(compose_raw(hydra=True).hydra.run.dir) if distributed.is_main() else None
+        out.append(f"hydra.run.dir={distributed.broadcast(run_dir)}")
+    if not distributed.is_main():
+        os.environ["TQDM_DISABLE"] = "1"
+        out += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    return out
+
+
 def _error_exit(message: str) -> None:
     print(f"ablate: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -223,19 +246,35 @@ def _hydra_main() -> None:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
+        from ablate import distributed
         from ablate.run import run_job
         from ablate.runtime import tune_allocator
 
         tune_allocator()  # also in launcher worker processes
         sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+        processes = distributed.world_size()
+        if not distributed.is_main():
+            logging.getLogger().setLevel(logging.WARNING)  # rank 0 says what each evaluation found, once
         try:
             summary = run_job(cfg)
         except Exception as e:
+            if processes > 1:  # one line per process; the launcher stops the others and reports its own
+                where = f"process {distributed.rank()} of {processes}"
+                if "Connection reset by peer" in str(e) or "Connection closed by peer" in str(e):
+                    e = RuntimeError("another process of this job stopped (its connection closed)")
+                print(
+                    f"ablate: failed ({where}): {cfg.out_dir}: {type(e).__name__}: {first_line(e)}; rerun the same "
+                    "command to resume from its last checkpoint",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                sys.exit(1)
             if not sweeping:
                 raise
             print(f"ablate: failed: {cfg.out_dir}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return {"status": "failed"}
-        print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json", flush=True)
+        if distributed.is_main():
+            print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json", flush=True)
         if not sweeping and summary["status"] != "finished":
             from ablate.sweep.report import OUTCOME
 
@@ -269,6 +308,13 @@ def main() -> None:
     from ablate.compose import register_configs
 
     register_configs()
+    from ablate.distributed import world_size
+
+    if world_size() > 1:
+        try:
+            sys.argv += process_overrides(argv)
+        except AblateError as e:
+            _error_exit(str(e))
     _hydra_main()
     from ablate.sweep.report import OUTCOME
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ablate import callbacks as cbs
+from ablate import distributed
 from ablate.algos.registry import Algorithm, algorithm
 from ablate.config import Config
 from ablate.eval.evaluator import Evaluator
@@ -76,12 +77,13 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     """Train and evaluate one job; returns its reference (for the cost in the summary). ``extra`` receives
     figures for the summary; ``resume``: (checkpoint folder, its ablate state) to continue an interrupted job."""
     torch.manual_seed(cfg.seed)
-    inputs = RunInputs.build(cfg)
     algo = algorithm(cfg.algo.name)
     regime_cls = regime_class(cfg.ref.name)
     learned = getattr(cfg.algo, "reward", "gold") == "learned"  # PPO and GRPO may train on a proxy
-    pairs = load_pairs(cfg, inputs, extra) if algo.needs_pairs or regime_cls.needs_pairs or learned else None
-    proxy = load_proxy(cfg, inputs, pairs, extra) if learned else None
+    with distributed.main_first():  # what is cached (the converted model, pairs, a learned reward) is made once
+        inputs = RunInputs.build(cfg)
+        pairs = load_pairs(cfg, inputs, extra) if algo.needs_pairs or regime_cls.needs_pairs or learned else None
+        proxy = load_proxy(cfg, inputs, pairs, extra) if learned else None
     # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so
     # adapter and value-head initialisation and training never depend on what was cached.
     torch.manual_seed(cfg.seed)
@@ -101,7 +103,10 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         model_fingerprint=inputs.source.fingerprint,
         fidelity=fidelity_probe(cfg, inputs, algo, pairs) if cfg.eval.fidelity else None,
     )
-    reference = regime_cls(cfg.ref, inputs.ref_context(cfg, policy=policy, pairs=pairs))
+    with distributed.main_first():  # a regime's own cache (cached, distilled) is made once
+        reference = regime_cls(cfg.ref, inputs.ref_context(cfg, policy=policy, pairs=pairs))
+        # prepared once, for every algorithm, from the pairs' sequences as DPO trains on them
+        prepare_from_pairs(reference, inputs.tokenizer, pairs)
     callbacks = cbs.run_callbacks(
         cfg, state=state, policy=policy, evaluator=evaluator, reference=reference, folder=folder, logger=logger
     )
@@ -144,9 +149,7 @@ def load_proxy(cfg: Config, inputs: RunInputs, pairs, extra: dict[str, Any]):
 
 
 def build_trainer(cfg: Config, algo: Algorithm, inputs: RunInputs, *, policy, pairs, proxy, reference, callbacks):
-    """The algorithm's trainer, bound to its callbacks. The reference is prepared first (once, for every
-    algorithm) from the pairs' sequences, as DPO trains on them."""
-    prepare_from_pairs(reference, inputs.tokenizer, pairs)
+    """The algorithm's trainer (its reference prepared), bound to its callbacks."""
     trainer = algo.build(
         cfg=cfg,
         policy=policy,

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ablate import distributed
 from ablate.config import Config, validate
 from ablate.pipeline import train_and_evaluate
 from ablate.ref_metrics import cost_metrics
@@ -20,7 +21,7 @@ from ablate.tracking import checkpoint, resume, schema
 from ablate.tracking.disk import UNAVAILABLE, written_bytes
 from ablate.tracking.memory import peak_rss_bytes
 from ablate.tracking.provenance import provenance
-from ablate.tracking.run_dir import RunFolder, to_python
+from ablate.tracking.run_dir import run_folder, to_python
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None]:
 def make_logger(cfg: Config, raw: DictConfig, out_dir: Path):
     from ablate.tracking.wandb_logger import NullLogger, WandbLogger, flatten_config
 
-    if cfg.logger.name == "none" or cfg.logger.mode == "disabled":
-        return NullLogger()
+    if cfg.logger.name == "none" or cfg.logger.mode == "disabled" or not distributed.is_main():
+        return NullLogger()  # one W&B run per job: rank 0's
     group, name = _job_identity(raw)
     return WandbLogger(
         project=cfg.logger.project,
@@ -188,12 +189,13 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
 
     A folder that already holds this job (same resolved config) is not redone: ``finished`` is returned
     as it stands, an interrupted or failed job resumes from its last complete checkpoint. Anything else
-    already in the folder (another config, a job without checkpoint) is moved to ``previous/<n>/``."""
+    already in the folder (another config, a job without checkpoint) is moved to ``previous/<n>/``. Launched on
+    several processes, rank 0 decides and writes; the others follow its decision and write nothing."""
     cfg: Config = OmegaConf.to_object(raw)
     validate(cfg)
     out_dir = Path(cfg.out_dir)
-    folder = RunFolder(out_dir)
-    decision = resume.decide(folder, raw)
+    folder = run_folder(out_dir)
+    decision = distributed.broadcast(resume.decide(folder, raw) if distributed.is_main() else None)
     if decision.finished is not None:
         log.info("already finished, not rerun: %s", out_dir)
         return decision.finished
@@ -209,7 +211,8 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     state.start()
     extra = job_extra(cfg, resumed_from=state.steps if decision.checkpoint is not None else None)
     summary = train_and_summarise(cfg, folder, logger, state, extra, decision.checkpoint)
-    if state.status in ("finished", "diverged") and not cfg.checkpoint.keep:  # final: nothing to resume
+    final = state.status in ("finished", "diverged")
+    if final and not cfg.checkpoint.keep and distributed.is_main():  # final: nothing to resume
         checkpoint.remove_all(out_dir)
     log.info("run folder: %s (status %s)", out_dir, state.status)
     return summary
@@ -236,7 +239,8 @@ def train_and_summarise(cfg: Config, folder, logger, state: JobState, extra: dic
     except BaseException as e:  # record, then re-raise: a failed job still leaves a complete summary
         state.status = "failed"
         state.reason = f"{type(e).__name__}: {e}"
-        (Path(cfg.out_dir) / "error.txt").write_text(traceback.format_exc())
+        if distributed.is_main():
+            (Path(cfg.out_dir) / "error.txt").write_text(traceback.format_exc())
         raise
     finally:
         summary = build_summary(state, cost_metrics(reference, state.steps), state.elapsed(), extra)

@@ -12,10 +12,13 @@ from ablate.tracking.checkpoint import SavePolicy, checkpoints_dir
 
 
 def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
+    from ablate.distributed import world_size
+
     algo = cfg.algo
     return dict(
         output_dir=str(checkpoints_dir(out_dir)),
-        per_device_train_batch_size=algo.batch_size,
+        # algo.batch_size is the global batch: each of several processes trains on its share (config refuses uneven)
+        per_device_train_batch_size=algo.batch_size // world_size(),
         gradient_accumulation_steps=algo.grad_accum,
         learning_rate=cfg.model.adapter.learning_rate(algo.learning_rate),
         max_steps=algo.max_steps,
@@ -37,4 +40,5 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         data_seed=cfg.seed,
         disable_dropout=True,
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,  # on several processes: every trainable parameter takes part in the loss
     )

@@ -128,3 +128,27 @@ def validate(cfg: Config) -> None:
     from ablate.models.loading import check_device
 
     check_device(cfg.model.device)
+    check_processes(cfg)
+
+
+def check_processes(cfg: Config) -> None:
+    """What a job launched on several processes (``accelerate launch``, ``torchrun``) needs: an algorithm that runs
+    data-parallel, a global batch that splits evenly, and at least one evaluation prompt per process."""
+    from ablate.distributed import world_size
+
+    n = world_size()
+    if n == 1:
+        return
+    require(
+        cfg.algo.name != "ppo",
+        f"algo=ppo runs in one process (our PPO is not data-parallel), but this job was launched on {n}: "
+        "run it without accelerate launch / torchrun",
+    )
+    require(
+        cfg.algo.batch_size % n == 0,
+        f"algo.batch_size={cfg.algo.batch_size} is the global batch: it must split evenly over the {n} processes",
+    )
+    require(
+        cfg.eval.n_prompts >= n,
+        f"eval.n_prompts={cfg.eval.n_prompts} is fewer than the {n} processes the evaluation is sharded over",
+    )

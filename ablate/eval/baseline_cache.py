@@ -85,16 +85,19 @@ def read_baseline(entry: CacheEntry) -> dict:
 
 
 def load_or_sample_baseline(
-    cache_root: str | Path, key: dict, prompts: list[str], make_baseline: Callable[[], dict]
+    cache_root: str | Path, key: dict, prompts: list[str], make_baseline: Callable[[], dict], save: bool = True
 ) -> tuple[dict, bool, CacheEntry]:
-    """The cached baseline for ``key``, made by ``make_baseline`` (and cached) on a miss: ``(baseline, hit,
-    entry)``. ``make_baseline`` is called only on a miss, so a hit samples and scores nothing."""
+    """The cached baseline for ``key``, made by ``make_baseline`` (and cached, unless ``save`` is false: a process
+    other than rank 0) on a miss: ``(baseline, hit, entry)``. ``make_baseline`` is called only on a miss, so a hit
+    samples and scores nothing."""
     entry = CacheEntry(cache_root, KIND, key)
     if entry.valid():
         log.info("SFT baseline: cache hit, %d responses from %s", len(prompts), entry.path)
         return read_baseline(entry), True, entry
     log.info("SFT baseline: cache miss, sampling %d responses (cached afterwards at %s)", len(prompts), entry.path)
     baseline = make_baseline()
+    if not save:
+        return baseline, False, entry
     with entry.build(extra_meta={"n_prompts": len(prompts)}) as tmp:
         write_baseline(tmp, prompts, baseline)
     return baseline, False, entry

@@ -13,6 +13,12 @@ that drew the samples. The audit reports, in nats per response (summed over its 
   For DPO it is not a KL the run trained against: DPO never computes one;
 - ``kl/abs_err``: |stand-in divergence - true KL|; ``kl/logp_*``: errors of the regime's per-token
   log-probs against the judge's on the sampled tokens.
+
+Launched on several processes (:mod:`ablate.distributed`), each samples and scores a contiguous block of the
+prompts (the SFT baseline's too) and of the perplexity's texts, and the rows are gathered in prompt order before
+any metric is computed: every prompt is scored once, each process holds the same metrics, and, as a coupled
+response depends on its key and not on its batch, the rows are those one process would have drawn. The fidelity
+audit runs on rank 0 (on every process's samples) and its figures are shared.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from ablate import distributed
 from ablate.eval import baseline_cache as bc
 from ablate.eval import fidelity as fid
 from ablate.eval import kl as klm
@@ -108,6 +115,7 @@ class Evaluator:
         self.model_fingerprint = model_fingerprint
         self.baseline_cache_hit: bool | None = None  # None: not cached, or not yet computed; else every load's
         self.fidelity = fidelity
+        self.shard = distributed.shard(len(prompts))  # the prompts this process samples and scores
 
     def samples_per_prompt(self, final: bool) -> int:
         """Coupled samples per prompt: ``eval.samples_per_prompt`` at the final evaluation, the interim count
@@ -131,12 +139,12 @@ class Evaluator:
     def _sample(self, model, desc: str, k: int, seed: int | None = None) -> list[SampledBatch]:
         """``k`` responses per prompt (prompt-major), sampled with ``eval.sampler`` in ``eval.precision``,
         :meth:`rows` at a time, outside Accelerate's per-call autocast wrapper; every model is sampled with the
-        same seed, keys (prompt i, sample j) and rows, so they are coupled."""
+        same seed, keys (prompt i, sample j) and rows, so they are coupled. Only this process's :attr:`shard`."""
         with unwrapped_forward(model):
             return sample(
                 model,
                 self.tok,
-                self.prompts,
+                [self.prompts[i] for i in self.shard],
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
                 batch_size=self.rows(k),
@@ -146,12 +154,16 @@ class Evaluator:
                 desc=desc,
                 sampler=self.cfg.sampler,
                 max_sentences=self.task.max_sentences,
+                prompt_ids=list(self.shard),
             )
 
     def _sample_baseline(self, k: int, seed: int) -> dict:
-        """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities."""
+        """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities
+        (each process its shard's, gathered)."""
         texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k, seed) for t in b.texts]
-        return {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
+        return distributed.gather_rows(
+            {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
+        )
 
     def baseline_key(self, k: int | None = None, seed: int | None = None) -> dict:
         """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings, at
@@ -190,7 +202,7 @@ class Evaluator:
                 self._sft[k, seed] = draw()
             else:
                 self._sft[k, seed], hit, _ = bc.load_or_sample_baseline(
-                    self.cache_root, self.baseline_key(k, seed), self._expanded(k), draw
+                    self.cache_root, self.baseline_key(k, seed), self._expanded(k), draw, save=distributed.is_main()
                 )
                 self.baseline_cache_hit = hit if self.baseline_cache_hit is None else self.baseline_cache_hit and hit
         return self._sft[k, seed]
@@ -216,12 +228,14 @@ class Evaluator:
             return next_token_logits(policy, batch)
 
     def perplexity(self, policy) -> float:
-        """exp of the token-weighted mean NLL of the policy on held-out plain text (float64 log-softmax)."""
+        """exp of the token-weighted mean NLL of the policy on held-out plain text (float64 log-softmax); each
+        process scores its share of the batches."""
         nll, n = 0.0, 0
         was_training = policy.training
         policy.eval()
+        starts = range(0, len(self.heldout), self.cfg.batch_size)
         try:
-            for i in range(0, len(self.heldout), self.cfg.batch_size):
+            for i in [starts[j] for j in distributed.shard(len(starts))]:
                 enc = self.tok(self.heldout[i : i + self.cfg.batch_size], return_tensors="pt", padding=True).to(
                     self.device
                 )
@@ -234,6 +248,7 @@ class Evaluator:
                 n += int(mask.sum())
         finally:
             policy.train(was_training)
+        nll, n = (sum(x) for x in zip(*distributed.gather((nll, n))))
         return math.exp(nll / n) if n else float("nan")
 
     def _stand_in(self, reference: Reference, batch: TokenBatch, audit: _Audit) -> torch.Tensor | None:
@@ -310,15 +325,38 @@ class Evaluator:
 
     def _fidelity(self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit) -> dict:
         """The fidelity audit's ``kl/*`` metrics (:mod:`ablate.eval.fidelity`) at step 0 and at the final evaluation
-        (none in between); its NaN reasons go with the evaluation's."""
+        (none in between); its NaN reasons go with the evaluation's. Measured by rank 0 on every process's
+        ``fresh`` samples."""
         if not (step == 0 or final):
             return {}
         if self.fidelity is None:
             audit.reasons.update(dict.fromkeys(fid.KEYS, "not measured (eval.fidelity=false)"))
             return {fid.logged_name(k): float("nan") for k in fid.KEYS}
-        metrics, why = self.fidelity.measure(policy, reference, fresh)
+        fresh = [sb for part in distributed.gather(fresh) for sb in part]
+        measured = self.fidelity.measure(policy, reference, fresh) if distributed.is_main() else None
+        metrics, why = distributed.broadcast(measured)
         audit.reasons.update(why)
         return metrics
+
+    def _gathered_rows(self, texts: list[str], audit: _Audit, k: int) -> dict[str, list]:
+        """This process's rows (responses, their rewards, unsafe probabilities and learned reward) with every other
+        process's, in prompt order; the audit's per-sample sums, log-probs and NaN reasons gathered in place."""
+        rows = {
+            "texts": texts,
+            "rewards": self.reward(texts),
+            "unsafe": self.safety.probs(texts),
+            "approx_logp": audit.approx_logp,
+            "judge_logp": audit.judge_logp,
+            **{f"audit_{c}": v for c, v in audit.per_sample.items()},
+        }
+        if self.proxy is not None:
+            rows["proxy"] = self.proxy(texts, [self.prompts[i] for i in self.shard for _ in range(k)])
+        rows = distributed.gather_rows(rows)
+        for reasons in distributed.gather(dict(audit.reasons)):
+            audit.reasons.update(reasons)
+        audit.per_sample = {c: rows.pop(f"audit_{c}") for c in audit.per_sample}
+        audit.approx_logp, audit.judge_logp = rows.pop("approx_logp"), rows.pop("judge_logp")
+        return rows
 
     def evaluate(self, policy, reference: Reference, step: int, final: bool = True) -> EvalResult:
         """Sample the policy (:meth:`samples_per_prompt` of ``final``), audit it and score it against the SFT
@@ -342,15 +380,15 @@ class Evaluator:
         finally:
             policy.train(was_training)
 
+        rows = self._gathered_rows(texts, audit, k)
+        texts, rewards, unsafe_p = rows["texts"], rows["rewards"], rows["unsafe"]
         reasons, ps = audit.reasons, audit.per_sample
-        rewards = self.reward(texts)
-        unsafe_p = self.safety.probs(texts)
         groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
         opponent = self.opponent_rewards(k)
         wr = mm.win_rate_by_group(rewards, opponent, groups)
         delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=groups)
         if self.proxy is not None:
-            proxy_mean = mm.mean(self.proxy(texts, prompts))
+            proxy_mean = mm.mean(rows["proxy"])
         else:
             proxy_mean = float("nan")
             reasons["reward_proxy"] = "the run trains on the gold reward (no learned reward model)"

@@ -62,4 +62,8 @@ def hardware() -> dict[str, str | int]:
 
 
 def provenance() -> dict:
-    return {"git_commit": git_commit(), "versions": versions(), "hardware": hardware()}
+    """The code, libraries and machine, and how many processes the job ran on (``world_size``: 1 unless launched
+    with ``accelerate launch`` / ``torchrun``)."""
+    from ablate.distributed import world_size
+
+    return {"git_commit": git_commit(), "versions": versions(), "hardware": hardware(), "world_size": world_size()}

@@ -310,3 +310,30 @@ class RunFolder:
         if not self.summary_path.exists():
             return None
         return load_summary(self.summary_path)
+
+
+class ReadOnlyFolder(RunFolder):
+    """The run folder as a process other than rank 0 of a multi-process job sees it: it reads, and every write is
+    left to rank 0 (which writes the same values: the processes agree on every metric)."""
+
+    def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
+        return self.config_path
+
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        pass
+
+    def truncate_metrics(self, step: int) -> None:
+        pass
+
+    def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
+        return self.samples_path
+
+    def write_summary(self, summary: Mapping[str, Any]) -> Path:
+        return self.summary_path
+
+
+def run_folder(path: str | os.PathLike[str]) -> RunFolder:
+    """This process's view of the run folder: rank 0 writes it, other processes of the same job only read it."""
+    from ablate.distributed import is_main
+
+    return RunFolder(path) if is_main() else ReadOnlyFolder(path)
