@@ -2,6 +2,7 @@
 
 python -m ablate.sweep list
 python -m ablate.sweep wandb regimes [seeds] [--write]
+python -m ablate.sweep slurm-preview regimes [overrides...]   # the sbatch script a SLURM sweep would submit
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wandb", help="the W&B sweep file of one or more presets")
     w.add_argument("names", nargs="+")
     w.add_argument("--write", action="store_true", help="write sweeps/wandb/<names>.yaml instead of printing")
+    s = sub.add_parser(
+        "slurm-preview",
+        help="the sbatch job script of python -m ablate -m +sweep=<preset> hydra/launcher=slurm <overrides> "
+        "(rendered by submitit; nothing is submitted)",
+    )
+    s.add_argument("preset", help="a preset of `python -m ablate.sweep list`")
+    s.add_argument("overrides", nargs="*", help="as for python -m ablate, e.g. hydra.launcher.partition=gpu")
     args = parser.parse_args(argv)
+    if args.cmd == "slurm-preview":
+        from ablate.sweep.slurm_preview import render as render_slurm
+
+        print(render_slurm(args.preset, args.overrides).text(), end="")
+        return 0
     if args.cmd == "list":
         from ablate.cli import _job_overrides
 
