@@ -91,6 +91,7 @@ class RunInputs:
             policy=policy,
             load_model=self._loader(regime_class(cfg.ref.name)),
             train_data=pairs,
+            max_sentences=cfg.task.max_sentences,
             cache_root=str(self.cache_root),
         )
 

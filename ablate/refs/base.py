@@ -71,6 +71,7 @@ class RefContext:
     policy: torch.nn.Module | None = None  # the (possibly peft-wrapped) policy being trained
     load_model: Callable[..., torch.nn.Module] | None = None  # load_model(**overrides) -> frozen eval-mode copy
     train_data: Any = None  # the preference pairs, for regimes built from them (``Reference.needs_pairs``)
+    max_sentences: int | None = None  # the task's stop rule (ablate.tasks.stop_rule), for regimes that sample it
     cache_root: str | None = None
 
 

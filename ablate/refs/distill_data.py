@@ -71,10 +71,11 @@ def fresh_sequences(
     max_length: int,
     seed: int,
     precision: str,
+    max_sentences: int | None = None,
 ) -> list[Seq]:
     """``n_per_prompt`` responses to each prompt sampled from ``teacher`` at temperature 1 (coupled sampler, seed
-    ``seed + FRESH_SEED_OFFSET``; no stop rule: a response ends at EOS or ``max_new_tokens``), as sequences
-    truncated from the end to ``max_length``."""
+    ``seed + FRESH_SEED_OFFSET``), ending as the task's responses end (EOS, ``max_sentences`` sentences: the stop
+    rule, or ``max_new_tokens``), as sequences truncated from the end to ``max_length``."""
     from ablate.models.sampling import sample
 
     if n_per_prompt == 0 or not prompts:
@@ -90,6 +91,7 @@ def fresh_sequences(
         precision=precision,
         n_per_prompt=n_per_prompt,
         desc="sampling for distillation",
+        max_sentences=max_sentences,
     )
     out: list[Seq] = []
     for sb in batches:

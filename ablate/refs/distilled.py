@@ -41,7 +41,7 @@ from ablate.refs.model_backed import ModelReference, freeze
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 3  # 3: non-embedding depth, stopping rule, fresh samples, split by prompt (2: keyed on token ids)
+_FORMAT = 4  # 4: fresh samples end by the task's stop rule; 3: non-embedding depth, stopping rule, fresh samples
 _KIND = "refs/distilled"
 
 
@@ -58,7 +58,7 @@ class DistilledRefConfig(RefConfig):
     learning_rate: float = 5e-4  # AdamW, constant, gradients clipped at norm 1
     train_embeddings: bool = False  # also train the (copied) embedding and head
     fresh_per_prompt: int = 8  # SFT samples drawn per training prompt to distil on, besides the pairs' responses
-    fresh_max_new_tokens: int = 48  # their length cap
+    fresh_max_new_tokens: int = 64  # their length cap (the task's default); they end by the task's stop rule too
     max_length: int = 256  # prompt + response tokens, truncated from the end
     seed: int = 0  # held-out split, batch order, fresh samples and RNG during distillation
     heldout_fraction: float = 0.2  # share of the pairs' prompts kept out of training to measure the student's KL
@@ -108,6 +108,7 @@ def cache_key(cfg: DistilledRefConfig, ctx: RefContext, seqs, source=None) -> di
         "student_source": source.fingerprint if source is not None else None,
         "precision": _precision(ctx),
         "device": ctx.device.type,  # kernels differ, and so would the trained weights
+        "max_sentences": ctx.max_sentences,  # the fresh samples' stop rule
         "format": _FORMAT,
     }
 
@@ -258,6 +259,7 @@ class DistilledReference(ModelReference):
             max_length=cfg.max_length,
             seed=cfg.seed,
             precision=self.ctx.precision,
+            max_sentences=self.ctx.max_sentences,
         )
         stats.update(n_fresh_sequences=len(fresh), fresh_sample_s=time.perf_counter() - t0)
         return fresh

@@ -194,3 +194,24 @@ def test_ref_path_settings_are_checked_before_anything_loads(tmp_path):
     with pytest.raises(ConfigError, match=r"^ref\.steps must be >= 1 \(0 only with ref\.path"):
         DistilledRefConfig(steps=0)
     assert DistilledRefConfig(path="x", steps=0).steps == 0
+
+
+def test_fresh_samples_end_by_the_task_stop_rule(teacher, tok):
+    """The student learns the SFT distribution the run samples: fresh responses end where the task's stop rule
+    ends them (the same keyed samples as without the rule, cut by it), and the rule is in the cache key."""
+    from types import SimpleNamespace
+
+    from ablate.refs.distill_data import fresh_sequences
+    from ablate.tasks.stop_rule import cut_completion
+
+    kw = dict(n_per_prompt=8, max_new_tokens=48, max_length=256, seed=0, precision="fp32")
+    prompts = [p.prompt for p in PAIRS[:4]]
+    free = fresh_sequences(teacher, tok, prompts, **kw)
+    ruled = fresh_sequences(teacher, tok, prompts, max_sentences=1, **kw)
+    cut = [(ids[:n] + cut_completion(tok, ids[n:], {tok.eos_token_id}, 1), n) for ids, n in free]
+    assert ruled == [(ids, n) for ids, n in cut if len(ids) > n]
+    assert sum(len(ids) for ids, _ in ruled) < sum(len(ids) for ids, _ in free)  # the rule cut some
+
+    ctx = dict(model_fingerprint="m", tokenizer=tok, device=CPU, precision="fp32")
+    one, none = (cache_key(DistilledRefConfig(), SimpleNamespace(**ctx, max_sentences=m), []) for m in (1, None))
+    assert one != none
