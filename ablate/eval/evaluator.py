@@ -35,13 +35,13 @@ from ablate.eval import fidelity as fid
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
 from ablate.eval.metrics import rows_of
+from ablate.eval.response_audit import Audit
 from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
 from ablate.models.sampling import SampledBatch, sample, sampling_rows
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
 
-LOGP_KEYS = ("logp_mae", "logp_rmse", "logp_max_err")
 #: The independent SFT draw (the win rate's opponent) uses the evaluation's sampling seed plus this.
 INDEPENDENT_SEED = 7919
 
@@ -60,18 +60,6 @@ class EvalResult:
     samples: list[dict]
     nan_reasons: dict[str, str] = field(default_factory=dict)
     final: bool = True  # the final evaluation's size (eval.samples_per_prompt), not the interim one
-
-
-@dataclass
-class _Audit:
-    """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
-
-    per_sample: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("true", "k1", "k3", "kl_approx", "len", "truncated")}
-    )
-    approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
-    judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
-    reasons: dict[str, str] = field(default_factory=dict)
 
 
 class Evaluator:
@@ -251,77 +239,18 @@ class Evaluator:
         nll, n = (sum(x) for x in zip(*distributed.gather((nll, n))))
         return math.exp(nll / n) if n else float("nan")
 
-    def _stand_in(self, reference: Reference, batch: TokenBatch, audit: _Audit) -> torch.Tensor | None:
-        """The regime's next-token log-scores, or None (with the reason) when it has none."""
-        if "kl_approx" in audit.reasons:
-            return None
-        if not reference.has_reference:
-            audit.reasons["kl_approx"] = (
-                f"ref={reference.name} trains without a reference: there is no stand-in divergence"
-            )
-            return None
-        try:
-            return reference.distribution(batch)
-        except NotImplementedError as e:
-            audit.reasons["kl_approx"] = str(e)
-            return None
-
-    def _regime_logprobs(self, reference: Reference, batch: TokenBatch, audit: _Audit) -> torch.Tensor | None:
-        """The regime's per-token log-probs of the sampled tokens, or None (with the reason) when it has none."""
-        if not reference.has_reference or "logp_mae" in audit.reasons:
-            return None
-        try:
-            return reference.audit_logprobs(batch)
-        except NotImplementedError as e:
-            audit.reasons.update(dict.fromkeys(LOGP_KEYS, str(e)))
-            return None
-
-    def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: _Audit) -> None:
+    def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: Audit) -> None:
+        """Score one chunk of responses with the policy, the judge and the regime (:class:`Audit` accumulates)."""
         batch = sb.batch.to(self.device)
         mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
         with torch.no_grad(), autocast(self.device, self.precision):
-            regime_logp = self._regime_logprobs(reference, batch, audit)
+            regime_logp = audit.regime_logprobs(reference, batch)
             pol = self._policy_scores(policy, batch)
             judge = next_token_logits(self.judge, batch)
-            stand_in = self._stand_in(reference, batch, audit)
+            stand_in = audit.stand_in(reference, batch)
         terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
         del pol, judge, stand_in
-        ps = audit.per_sample
-        ps["true"] += klm.sequence_sum(terms.kl, mask).tolist()
-        est = klm.kl_estimators(terms.logp, terms.judge_logp)
-        ps["k1"] += klm.sequence_sum(est["k1"], mask).tolist()
-        ps["k3"] += klm.sequence_sum(est["k3"], mask).tolist()
-        if terms.stand_in_kl is not None:
-            ps["kl_approx"] += klm.sequence_sum(terms.stand_in_kl, mask).tolist()
-        if regime_logp is not None:
-            audit.approx_logp.append(regime_logp[mask].double())
-            audit.judge_logp.append(terms.judge_logp[mask])
-        ps["len"] += [float(x) for x in sb.lengths]
-        ps["truncated"] += [float(x) for x in sb.truncated]
-
-    def _kl_metrics(self, audit: _Audit) -> dict[str, float]:
-        """kl/*: means over the samples of the per-response sums, and the regime's per-token log-prob errors."""
-        ps, reasons = audit.per_sample, audit.reasons
-        kl_true = mm.mean(ps["true"])
-        kl_approx = float("nan") if "kl_approx" in reasons else mm.mean(ps["kl_approx"])
-        if "kl_approx" in reasons:
-            reasons["kl_abs_err"] = reasons["kl_approx"]
-        if audit.approx_logp:
-            a, t = torch.cat(audit.approx_logp), torch.cat(audit.judge_logp)
-            errors = klm.logprob_errors(a, t, torch.ones_like(a, dtype=torch.bool))
-        else:
-            errors = dict.fromkeys(LOGP_KEYS, float("nan"))
-        for k in LOGP_KEYS:
-            if math.isnan(errors[k]):
-                reasons.setdefault(k, reasons.get("kl_approx", "no response tokens"))
-        return {
-            "kl/true": kl_true,
-            "kl/true_k1": mm.mean(ps["k1"]),
-            "kl/true_k3": mm.mean(ps["k3"]),
-            "kl/approx": kl_approx,
-            "kl/abs_err": abs(kl_approx - kl_true),
-            **{f"kl/{k}": errors[k] for k in LOGP_KEYS},
-        }
+        audit.add(terms, mask, regime_logp, sb.lengths, sb.truncated)
 
     def _fidelity(self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit) -> dict:
         """The fidelity audit's ``kl/*`` metrics (:mod:`ablate.eval.fidelity`) at step 0 and at the final evaluation
@@ -338,7 +267,7 @@ class Evaluator:
         audit.reasons.update(why)
         return metrics
 
-    def _gathered_rows(self, texts: list[str], audit: _Audit, k: int) -> dict[str, list]:
+    def _gathered_rows(self, texts: list[str], audit: Audit, k: int) -> dict[str, list]:
         """This process's rows (responses, their rewards, unsafe probabilities and learned reward) with every other
         process's, in prompt order; the audit's per-sample sums, log-probs and NaN reasons gathered in place."""
         rows = {
@@ -366,7 +295,7 @@ class Evaluator:
         prompts = self._expanded(k)
         was_training = policy.training
         policy.eval()
-        audit = _Audit()
+        audit = Audit()
         texts: list[str] = []
         chunks: list[SampledBatch] = []
         try:
@@ -409,7 +338,7 @@ class Evaluator:
             "eval/distinct_2": mm.distinct_n(texts, 2),
             "eval/unsafe_rate": mm.mean([float(p >= self.safety.threshold) for p in unsafe_p]),
             "eval/unsafe_rate_sft": mm.mean([float(p >= self.safety.threshold) for p in sft["unsafe"]]),
-            **self._kl_metrics(audit),
+            **audit.metrics(),
             **fidelity,
         }
         approx = ps["kl_approx"] if "kl_approx" not in reasons else [float("nan")] * len(texts)
