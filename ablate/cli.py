@@ -308,14 +308,15 @@ def main() -> None:
     from ablate.compose import register_configs
 
     register_configs()
-    from ablate.distributed import world_size
+    from ablate import distributed
 
-    if world_size() > 1:
+    if distributed.world_size() > 1:
         try:
             sys.argv += process_overrides(argv)
         except AblateError as e:
             _error_exit(str(e))
     _hydra_main()
+    distributed.close()
     from ablate.sweep.report import OUTCOME
 
     if OUTCOME["not_finished"]:  # a sweep's jobs that did not finish, or a single run that diverged

@@ -89,6 +89,15 @@ def main_first() -> Iterator[None]:
         barrier()
 
 
+def close() -> None:
+    """Leave the job's process group, if this process joined one (before the interpreter exits: a gloo group left
+    open can abort the process at exit)."""
+    import torch.distributed as dist
+
+    if world_size() > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def shard(n: int) -> range:
     """This process's contiguous block of ``range(n)``: blocks in rank order, sizes differing by at most one."""
     size, r = world_size(), rank()

@@ -24,6 +24,7 @@ def test_one_process_is_a_no_op(monkeypatch):
     assert distributed.broadcast("x") == "x" and distributed.gather(3) == [3]
     with distributed.main_first():
         pass
+    distributed.close()
 
 
 @pytest.mark.parametrize("n", [0, 1, 4, 7, 128])
@@ -62,6 +63,7 @@ def _worker(rank: int, size: int, port: int, out: str) -> None:
     }
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
         json.dump(result, f)
+    distributed.close()
 
 
 def test_two_processes(tmp_path):
