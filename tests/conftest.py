@@ -80,6 +80,15 @@ TINY_FAST = [
 ]
 
 
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now (for a test's process group)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | None = None):
     """``python -m ablate <args>`` in a subprocess; returns CompletedProcess (text)."""
     full_env = {**os.environ, **(env or {})}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 
 import pytest
 import torch.multiprocessing as mp
 
 from ablate import distributed
+from tests.conftest import free_port
 
 
 def test_one_process_is_a_no_op(monkeypatch):
@@ -39,12 +39,6 @@ def test_shards_cover_in_order(monkeypatch, n, size):
     assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, size: int, port: int, out: str) -> None:
     os.environ.update(
         WORLD_SIZE=str(size), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
@@ -67,7 +61,7 @@ def _worker(rank: int, size: int, port: int, out: str) -> None:
 
 
 def test_two_processes(tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1))
     assert r0["seen_built"] is False and r1["seen_built"] is True
     assert r0["rows"] == r1["rows"] == {"i": list(range(7)), "r": [0, 0, 0, 0, 1, 1, 1]}

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_FAST, run_cli
+from tests.conftest import REPO, TINY_FAST, free_port, run_cli
 
 # fp32: the two runs differ only in how the global batch is split (padding, summation order): rounding
 JOB = [*TINY_FAST, "model.precision=fp32", "eval.n_prompts=5", "threads=1"]
 RTOL = 1e-4
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_cmd(*args: str) -> list[str]:
@@ -35,7 +28,7 @@ def launch_cmd(*args: str) -> list[str]:
     return [
         *(sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"),
         *("--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"),
-        *("--main_process_port", str(_port()), "-m", "ablate", *args),
+        *("--main_process_port", str(free_port()), "-m", "ablate", *args),
     ]
 
 
