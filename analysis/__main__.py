@@ -4,6 +4,8 @@ python -m analysis report runs/sweeps/regimes [more folders] --out reports/<name
 python -m analysis report --wandb-offline runs/sweeps/regimes --out reports/<name>
 python -m analysis report --wandb <entity/project> --group <group> --out reports/<name>
 python -m analysis report runs/sweeps/regimes --out reports/<name> --margin reward_delta=0.05 --margin kl_true=10%
+python -m analysis calibration runs/sweeps/calibrate_dpo [more folders] --out reports/<name>
+python -m analysis archive runs/sweeps/calibrate_dpo [more folders] --out reports/<name>/runs
 """
 
 from __future__ import annotations
@@ -41,7 +43,27 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--null-control", default="cached", help="the regime that must come out equivalent (cached)")
     s.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (2000)")
     s.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's seed (0)")
+    c = sub.add_parser("calibration", help="which setting to run the reports at: effect and true KL per setting")
+    c.add_argument("folders", nargs="+", type=Path, help="sweep folders of ref=full calibration jobs")
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--title", default="Calibration: the setting the regime reports run at")
+    c.add_argument(
+        "--kl-window",
+        type=float,
+        nargs=2,
+        default=(1.0, 5.0),
+        metavar=("LO", "HI"),
+        help="true KL per response a chosen setting must reach (nats; default 1 5)",
+    )
+    c.add_argument("--notes", type=Path, default=None, help="a markdown reading (default: <out>/notes.md)")
+    a = sub.add_parser("archive", help="copy what a report is computed from (no checkpoints) to commit it")
+    a.add_argument("folders", nargs="+", type=Path, help="sweep folders")
+    a.add_argument("--out", type=Path, required=True, help="e.g. reports/<name>/runs")
     args = parser.parse_args(argv)
+    if args.cmd == "archive":
+        return _archive(args)
+    if args.cmd == "calibration":
+        return _calibration(args, argv)
 
     from analysis import load
     from analysis.report import write_report
@@ -77,6 +99,40 @@ def main(argv: list[str] | None = None) -> int:
     report = write_report(data, args.out, command=command, title=title, notes=notes, config=config)
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
+    return 0
+
+
+def _archive(args) -> int:
+    from analysis.archive import archive
+
+    try:
+        done = archive(args.folders, args.out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
+    left = f"; left out (no summary.json): {', '.join(done.skipped)}" if done.skipped else ""
+    print(f"analysis: archived {done.jobs} jobs ({done.bytes / 1e6:.1f} MB) to {args.out}{left}")
+    return 0
+
+
+def _calibration(args, argv: list[str]) -> int:
+    from analysis import load
+    from analysis.calibration import write_calibration
+
+    lo, hi = args.kl_window
+    if not 0 <= lo < hi:
+        print(f"analysis: error: --kl-window needs 0 <= LO < HI, got {lo} {hi}", file=sys.stderr)
+        return 2
+    try:
+        data = load.load_runs(*args.folders)
+        notes_file = args.notes or args.out / "notes.md"
+        notes = notes_file.read_text() if notes_file.is_file() else None
+        command = "python -m analysis " + " ".join(shlex.quote(a) for a in argv)
+        report = write_calibration(data, args.out, command, args.title, notes, (lo, hi))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
+    print(f"analysis: wrote {report} ({len(data.runs)} jobs, {len(data.problems())} not finished)")
     return 0
 
 

@@ -187,12 +187,12 @@ def sweep_info(folder: Path) -> dict[str, Any]:
         ov = (y.get("hydra") or {}).get("overrides") or {}
         task = list(ov.get("task") or [])
         hyd = [o for o in ov.get("hydra") or [] if not o.startswith("hydra.mode=")]
-        # the sweep folder as the reader named it, not as an absolute path of the machine that ran it
+        # the sweep folder as the reader named it, not as an absolute path of the machine that ran it; a folder
+        # that is elsewhere now (an archived copy) is left to the preset's own default
         hyd = [
-            f"hydra.sweep.dir={folder}"
-            if o.startswith("hydra.sweep.dir=") and Path(o.split("=", 1)[1]).resolve() == folder.resolve()
-            else o
+            f"hydra.sweep.dir={folder}" if o.startswith("hydra.sweep.dir=") else o
             for o in hyd
+            if not o.startswith("hydra.sweep.dir=") or Path(o.split("=", 1)[1]).resolve() == folder.resolve()
         ]
         info.update(task_overrides=task, hydra_overrides=hyd)
         info["command"] = " ".join(["python -m ablate -m", *task, *hyd])

@@ -4,7 +4,6 @@ reproduce it: the sweep command, the code's commit, package versions, seeds and 
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from pathlib import Path
 
@@ -150,8 +149,6 @@ def write_report(
     """Write ``report.md``, ``summary.csv``, ``equivalence.csv``, ``primary.csv``, ``comparisons.csv``,
     ``table.tex`` and ``figures/`` under ``out``; ``config`` (default: its defaults with ``baseline``) sets the
     primary metric, margins, alpha and bootstrap."""
-    from ablate.tracking.provenance import git_commit
-
     cfg = config or ReportConfig(baseline=baseline)
     baseline = cfg.baseline
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +183,7 @@ def write_report(
     lines = [
         f"# {title}",
         "",
-        f"Generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `{command}`.",
+        f"Made by `{command}` (nothing in it depends on when: it regenerates byte for byte from the same runs).",
         "",
         "## Reproduce",
         "",
@@ -198,7 +195,7 @@ def write_report(
         f"- runs: {len(runs)} jobs, {int((runs['status'] == 'finished').sum())} finished; seeds "
         f"{', '.join(map(str, seeds))}; models {', '.join(sorted(map(str, runs['model'].dropna().unique())))}; "
         f"algorithms {', '.join(sorted(map(str, runs['algo'].dropna().unique())))}",
-        f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}; this report: {git_commit()}",
+        f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}",
         "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
         "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
         "- KL in nats per response. `stand-in div.` is the exact KL from the policy to the regime's own reference "
