@@ -116,6 +116,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     if resume is not None:
         restore(trainer, reference, resume)
     train(trainer, resume, extra)
+    release_training_state(trainer)
     finish(cfg, trainer, callbacks[0], state, folder, logger)
     extra["sft_baseline_cache_hit"] = evaluator.baseline_cache_hit
     return reference
@@ -187,6 +188,28 @@ def train(trainer, resume, extra: dict[str, Any]) -> None:
         extra["peak_rss_train_bytes"] = phase_peak_bytes(measuring)
         extra["kl_coef_final"] = float(trainer.kl_coef)
         extra["loss_extra_bytes"] = int(trainer.loss_extra_bytes)
+
+
+def release_training_state(trainer) -> int:
+    """After the last step, drop what only further steps would read: the optimiser's state (AdamW's two moments,
+    twice a full fine-tune's weights) and the gradients, so that the final evaluation does not hold them (its
+    fidelity audit makes gradients of its own). The checkpoints on disk keep them for a resume. Returns the
+    bytes dropped."""
+    optimizer = getattr(trainer, "optimizer", None)
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds the torch optimiser
+    freed = 0
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            freed += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
+        optimizer.state.clear()
+    model = getattr(trainer, "model", None)
+    if model is not None:
+        for p in model.parameters():
+            if p.grad is not None:
+                freed += p.grad.numel() * p.grad.element_size()
+                p.grad = None
+    log.info("training state released before the final evaluation: %.0f MB", freed / 2**20)
+    return freed
 
 
 def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, folder, logger) -> None:

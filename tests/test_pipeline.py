@@ -84,3 +84,26 @@ def test_the_final_evaluation_draws_samples_per_prompt_and_the_others_the_interi
     assert summary["status"] == "finished" and len(samples) == 2 * raw.eval.n_prompts
     assert [s["sample"] for s in samples[:4]] == [0, 1, 0, 1] and {s["step"] for s in samples} == {3}
     assert summary["reward_delta_step0"] == 0.0  # step 0 (interim, one sample each): the SFT model's responses
+
+
+def test_the_training_state_is_released_before_the_final_evaluation():
+    """After the last step the optimiser's moments and the gradients are dropped (the torch optimiser inside
+    Accelerate's wrapper): the final evaluation of a full fine-tune does not hold twice its weights for
+    nothing. Training could not go on without them; nothing after training reads them."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ablate.pipeline import release_training_state
+
+    model = torch.nn.Linear(64, 32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 64)).sum().backward()
+    opt.step()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    # as Accelerate's AcceleratedOptimizer holds it (building a real one needs a process-wide Accelerator state)
+    trainer = SimpleNamespace(optimizer=SimpleNamespace(optimizer=opt), model=model)
+    freed = release_training_state(trainer)
+    assert freed >= 3 * weights  # two moments and a gradient per parameter (and AdamW's step counters)
+    assert not opt.state and all(p.grad is None for p in model.parameters())
+    assert release_training_state(SimpleNamespace()) == 0  # a trainer without them: nothing to do
