@@ -23,11 +23,14 @@ audit runs on rank 0 (on every process's samples) and its figures are shared.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from ablate import distributed
 from ablate.eval import baseline_cache as bc
@@ -42,8 +45,26 @@ from ablate.models.sampling import SampledBatch, sample, sampling_rows
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
 
+log = logging.getLogger(__name__)
+
 #: The independent SFT draw (the win rate's opponent) uses the evaluation's sampling seed plus this.
 INDEPENDENT_SEED = 7919
+
+
+class _PhaseClock:
+    """Seconds per phase of one evaluation, for the log (where the evaluation's time goes)."""
+
+    def __init__(self) -> None:
+        self.laps: list[tuple[str, float]] = []
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps.append((name, now - self._t))
+        self._t = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {s:.0f} s" for name, s in self.laps)
 
 
 def sampling_seed(eval_seed: int | None, run_seed: int) -> int:
@@ -298,18 +319,25 @@ class Evaluator:
         audit = Audit()
         texts: list[str] = []
         chunks: list[SampledBatch] = []
+        clock = _PhaseClock()
         try:
             for sampled in self._sample(policy, f"eval@{step}: sampling", k):
                 texts += sampled.texts
                 chunks += sampled.chunks(self.cfg.batch_size)  # the audit holds [rows, T, V] logits three times
-            for sb in chunks:
+            clock.lap("sampling")
+            for sb in tqdm(chunks, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
                 self._audit_batch(policy, reference, sb, audit)
+            clock.lap("KL audit")
             ppl = self.perplexity(policy)
+            clock.lap("perplexity")
             fidelity = self._fidelity(policy, reference, chunks, step, final, audit)
+            clock.lap("fidelity")
         finally:
             policy.train(was_training)
 
         rows = self._gathered_rows(texts, audit, k)
+        clock.lap("reward and safety scores")
+        log.info("eval@%d: %d responses; %s", step, len(rows["texts"]), clock)
         texts, rewards, unsafe_p = rows["texts"], rows["rewards"], rows["unsafe"]
         reasons, ps = audit.reasons, audit.per_sample
         groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
