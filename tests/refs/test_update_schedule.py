@@ -67,19 +67,19 @@ def test_the_trdpo_presets_compose_with_its_ratio_of_tau_to_the_run(preset, cls,
 
 @pytest.mark.parametrize("ref", ["ema", "snapshot"])
 def test_the_reports_short_run_updates_the_reference(ref, ref_ctx, tiny_model):
-    """The committed report's run (``+sweep=report_dpo``: 10 DPO steps) left both regimes equal to full (tau 10 and
-    20); now each updates, stepped as training steps it (after every optimiser step but the last)."""
+    """The report's run (``+sweep=report_dpo``: 20 DPO steps; an older 10-step report left both regimes equal to
+    full, tau 10 and 20) updates each, stepped as training steps it (after every optimiser step but the last)."""
     from ablate.callbacks import ReferenceStepCallback
     from ablate.run import JobState
 
     cfg = _validated("+sweep=report_dpo", f"ref={ref}")
-    assert cfg.algo.max_steps == 10 and cfg.ref.tau == 2
+    assert cfg.algo.max_steps == 20 and cfg.ref.tau == 4
     reference = regime_class(ref)(cfg.ref, ref_ctx)
     callback = ReferenceStepCallback(JobState(), tiny_model, reference=reference)
     for step in range(1, cfg.algo.max_steps + 1):
         callback.on_step_end(None, TrainerState(global_step=step, max_steps=cfg.algo.max_steps), None)
     extra = reference.cost().extra
-    assert reference.updates == 4 and (extra["updates"], extra["tau"]) == (4, 2)
+    assert reference.updates == 4 and (extra["updates"], extra["tau"]) == (4, 4)
 
 
 def test_a_regime_built_without_validation_refuses_to_step(ref_ctx, tiny_model):

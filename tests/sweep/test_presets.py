@@ -41,7 +41,7 @@ def test_a_preset_fixes_its_settings():
     cfg = compose("+sweep=ema", "model=tiny")
     assert cfg.ref.name == "ema"
     cfg = compose("+sweep=report_dpo", "ref=int8")
-    assert (cfg.algo.max_steps, cfg.eval.interval, cfg.eval.n_prompts, cfg.ref.name) == (10, 5, 16, "int8")
+    assert (cfg.algo.max_steps, cfg.algo.learning_rate, cfg.eval.interval, cfg.ref.name) == (20, 1e-5, 0, "int8")
 
 
 @pytest.mark.parametrize("name", NAMES)
