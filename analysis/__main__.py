@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="METRIC=VALUE",
         help="an equivalence margin, absolute (reward_delta=0.05) or relative to the baseline's mean (kl_true=10%%); "
-        "repeatable; defaults: reward_delta=0.05, win_rate=0.05, kl_true=10%%",
+        "repeatable; defaults: reward_delta=0.05, win_rate=0.05, kl_true=10%%, length=10%%",
     )
     s.add_argument("--alpha", type=float, default=0.05, help="difference: 1-alpha interval; TOST: 1-2 alpha (0.05)")
     s.add_argument("--null-control", default="cached", help="the regime that must come out equivalent (cached)")

@@ -114,6 +114,15 @@ def _has_samples_for_every_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regim
     return bool(seeds) and seeds <= set(prompts.loc[prompts["regime"] == regime, "seed"])
 
 
+def _per_prompt(prompts: pd.DataFrame, metric: str, regimes: tuple) -> bool:
+    """Whether every sample file of these regimes has ``metric`` (older runs' samples lack some columns: their
+    summary values are used instead)."""
+    if metric not in PER_PROMPT:
+        return False
+    values = prompts.loc[prompts["regime"].isin(regimes), metric]
+    return bool(len(values)) and bool(values.notna().all())
+
+
 def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.DataFrame:
     """One row per (condition, regime other than the baseline, metric with a margin): the difference, its
     intervals, the resolved margin, the verdict, the method and a note."""
@@ -128,7 +137,7 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
                 continue
             boot = all(_has_samples_for_every_seed(g, p, r) for r in (regime, cfg.baseline))
             for metric in cfg.metrics():
-                if boot and metric in PER_PROMPT:
+                if boot and _per_prompt(p, metric, (regime, cfg.baseline)):
                     reg, base = p[p["regime"] == regime], p[p["regime"] == cfg.baseline]
                     row = _boot_row(reg, base, metric, cfg, (cond, regime, metric))
                 elif metric in g:
@@ -157,7 +166,7 @@ def regime_intervals(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfi
         boot = _has_samples_for_every_seed(g, p, regime)
         for metric in cfg.metrics():
             key = (cond, regime, metric, "own")
-            if boot and metric in PER_PROMPT:
+            if boot and _per_prompt(p, metric, (regime,)):
                 iv = bootstrap.interval(groups(p, metric), cfg.n_boot, bootstrap.rng_for(cfg.seed, *key), 1 - cfg.alpha)
                 row = dict(estimate=iv.estimate, lo=iv.lo, hi=iv.hi, n_seeds=iv.n_seeds, n_prompts=iv.n_prompts)
                 row["method"] = boot_method(groups(p, metric))

@@ -29,8 +29,13 @@ class Margin:
 
 
 def default_margins() -> dict[str, Margin]:
-    """reward_delta and win_rate: 0.05 absolute; true KL: 10% of the baseline's mean."""
-    return {"reward_delta": Margin(0.05), "win_rate": Margin(0.05), "kl_true": Margin(0.10, relative=True)}
+    """reward_delta and win_rate: 0.05 absolute; true KL and response length: 10% of the baseline's mean."""
+    return {
+        "reward_delta": Margin(0.05),
+        "win_rate": Margin(0.05),
+        "kl_true": Margin(0.10, relative=True),
+        "length": Margin(0.10, relative=True),
+    }
 
 
 @dataclass

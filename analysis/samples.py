@@ -28,7 +28,7 @@ from ablate.eval.metrics import win_score
 from ablate.tracking.run_dir import SAMPLES_FILE
 
 #: the metrics samples.jsonl gives per prompt
-PER_PROMPT = ("reward_delta", "win_rate", "kl_true")
+PER_PROMPT = ("reward_delta", "win_rate", "kl_true", "length")
 INDEPENDENT, COUPLED = "independent SFT samples", "coupled SFT samples (older run)"
 
 
@@ -61,6 +61,7 @@ def prompt_values(rows: list[dict]) -> pd.DataFrame:
                 for r in rows
             ],
             "kl_true": [_num(r.get("kl_true")) for r in rows],
+            "length": [_num(r.get("length")) for r in rows],
         }
     )
     out = per_sample.groupby("prompt", sort=False).agg(

@@ -28,6 +28,7 @@ def samples(seed: int, n_prompts: int, k: int = 2, shift: float = 0.0, kl: float
                     "sft_reward": sft,
                     "sft_indep_reward": float(rng.uniform(-1, 1)),
                     "kl_true": kl * float(rng.lognormal(0, 0.3)),
+                    "length": 20.0 + p % 5 + i,
                 }
             )
     for r in rows:

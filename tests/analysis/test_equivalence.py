@@ -106,7 +106,7 @@ def test_margins_from_the_command_line():
     assert parse_margin("reward_delta=0.02") == ("reward_delta", Margin(0.02))
     cfg = build_config(["kl_true=20%", "ppl=1"], alpha=0.1, n_boot=500)
     assert cfg.margins["kl_true"].resolve(2.0) == pytest.approx(0.4) and cfg.margins["win_rate"].value == 0.05
-    assert cfg.metrics() == ["reward_delta", "win_rate", "kl_true", "ppl"]
+    assert cfg.metrics() == ["reward_delta", "win_rate", "kl_true", "length", "ppl"]
     for bad in ("kl_true", "kl_true=abc", "kl_true=-1", "=0.1"):
         with pytest.raises(ValueError):
             parse_margin(bad)

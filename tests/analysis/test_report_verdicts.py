@@ -39,6 +39,8 @@ def test_report_states_its_statistics_and_verdicts(tmp_path, capsys):
     eq = pd.read_csv(out / "equivalence.csv").set_index(["regime", "metric"])
     assert eq.loc[("int8", "reward_delta"), "verdict"] == "different"
     assert eq.loc[("cached", "kl_true"), "verdict"] == "equivalent"
+    # length, per prompt from samples.jsonl: the same lengths in every run, equivalent by the default 10% margin
+    assert eq.loc[("int8", "length"), "verdict"] == "equivalent" and "bootstrap" in eq.loc[("int8", "length"), "method"]
     assert "| `int8` | `reward_delta` (primary) |" in text
     assert set(pd.read_csv(out / "primary.csv")["regime"]) == {"full", "cached", "int8"}
 
