@@ -26,12 +26,12 @@ def _sweep(root, finished=GRID, unfinished=1):
         "hydra:\n  overrides:\n    hydra: [hydra.sweep.dir=/elsewhere/calib, hydra.mode=MULTIRUN]\n"
         "    task: [+sweep=calibrate_dpo, logger=none]\n"
     )
-    jobs = [(lr, steps, rd, ci, kl) for lr, steps, rd, ci, kl in finished] + [(2e-5, 80, None, None, None)] * unfinished
-    for lr, steps, rd, ci, kl in jobs:
-        folder = RunFolder(root / f"algo.learning_rate={lr},algo.max_steps={steps}")
+    jobs = [(*job, 64)[:6] for job in finished] + [(2e-5, 80, None, None, None, 64)] * unfinished
+    for lr, steps, rd, ci, kl, n_train in jobs:
+        folder = RunFolder(root / f"algo.learning_rate={lr},algo.max_steps={steps},task.n_train={n_train}")
         cfg = {"ref": {"name": "full"}, "model": {"name": "smollm2"}, "seed": 0, "threads": None}
         cfg |= {"algo": {"name": "dpo", "learning_rate": lr, "max_steps": steps, "batch_size": 4, "beta": 0.1}}
-        cfg |= {"task": {"n_train": 64}, "eval": {"n_prompts": 128, "samples_per_prompt": 2}}
+        cfg |= {"task": {"n_train": n_train}, "eval": {"n_prompts": 128, "samples_per_prompt": 2}}
         folder.write_config(cfg)
         if rd is None:
             continue
@@ -62,7 +62,7 @@ def test_the_rule_picks_the_cheapest_qualifying_setting(tmp_path):
     assert f["chosen"].tolist().count(True) == 1 and by[(1e-5, 20)].chosen
     text = (out / "report.md").read_text()
     assert "Chosen for dpo: **lr 1e-05, 20 steps, 64 pairs**." in text
-    assert "## Runs not finished" in text and "algo.learning_rate=2e-05,algo.max_steps=80" in text
+    assert "## Runs not finished" in text and "algo.learning_rate=2e-05,algo.max_steps=80,task.n_train=64" in text
     # the sweep's command without the machine's absolute folder (the preset's own default then applies)
     assert "python -m ablate -m +sweep=calibrate_dpo logger=none\n" in text and "/elsewhere" not in text
     assert "Generated" not in text  # nothing that depends on when it was made
@@ -90,9 +90,19 @@ def test_archived_runs_regenerate_the_report_byte_for_byte(tmp_path):
     assert main(args) == 0
     assert _files(out) == first
     # archiving again replaces the copy whole (no stale jobs)
-    shutil.rmtree(sweep / "algo.learning_rate=1e-05,algo.max_steps=40")
+    shutil.rmtree(sweep / "algo.learning_rate=1e-05,algo.max_steps=40,task.n_train=64")
     assert main(["archive", str(sweep), "--out", str(runs)]) == 0
     assert len(list(runs.rglob("summary.json"))) == 3
+
+
+def test_among_equally_cheap_settings_the_clearest_improvement_is_chosen(tmp_path):
+    """The number of pairs is not a cost (sampled once per sweep): at equal steps, the setting whose reward_delta
+    interval is furthest above 0 wins, whichever its number of pairs."""
+    grid = [(1e-5, 20, 0.14, (0.08, 0.20), 1.5, 32), (1e-5, 20, 0.18, (0.12, 0.24), 1.6, 128), *GRID[1:2]]
+    out = tmp_path / "report"
+    assert main(["calibration", str(_sweep(tmp_path / "pairs", grid, unfinished=0)), "--out", str(out)]) == 0
+    f = pd.read_csv(out / "calibration.csv")
+    assert f["qualifies"].all() and f.loc[f["chosen"], "n_train"].tolist() == [128]
 
 
 @pytest.mark.parametrize(
