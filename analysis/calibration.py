@@ -4,9 +4,9 @@ One row per calibration job (``ref=full``, one setting of learning rate, steps a
 gold reward against the SFT model (``reward_delta``, coupled samples, 95% interval over prompts), its win rate, its
 true KL and the other behaviour metrics. A setting *qualifies* when its ``reward_delta`` interval lies above 0 and
 its true KL per response is inside the window (default 1 to 5 nats); the *chosen* setting of each algorithm is the
-cheapest that qualifies: fewest training sequences (steps x batch: what every job of a report pays), and among
-equally cheap ones the clearest improvement (the highest lower end of the ``reward_delta`` interval). The number
-of training prompts is not a cost: their pairs are sampled once per sweep and cached. Writes ``report.md``, ``calibration.csv``, ``table.tex`` and ``figures/calibration.png``; nothing in
+cheapest that qualifies: fewest training sequences (steps x batch: what every job of a report pays), then fewest
+training prompts (each job audits its reference on every pair, ``cached`` precomputes them, and the sweep samples
+them), then the clearest improvement (the highest lower end of the ``reward_delta`` interval). Writes ``report.md``, ``calibration.csv``, ``table.tex`` and ``figures/calibration.png``; nothing in
 them depends on when or where the report is made, so it regenerates byte for byte from the same runs.
 """
 
@@ -58,7 +58,8 @@ def calibration_frame(data: Runs, kl_window: tuple[float, float] = (1.0, 5.0)) -
     f = f.sort_values(["algo", "sequences", "n_train", "learning_rate", "seed"], kind="stable").reset_index(drop=True)
     f["chosen"] = False
     for _, g in f[f["qualifies"]].groupby("algo"):
-        best = g.sort_values(["sequences", "reward_delta_lo"], ascending=[True, False], kind="stable").index[0]
+        order = g.sort_values(["sequences", "n_train", "reward_delta_lo"], ascending=[True, True, False], kind="stable")
+        best = order.index[0]
         f.loc[best, "chosen"] = True
     return f
 
@@ -186,9 +187,8 @@ def write_calibration(
     lines += [
         f"- rule: a setting qualifies when its `reward_delta` 95% interval is above 0 and its true KL is within "
         f"[{num(kl_window[0])}, {num(kl_window[1])}] nats per response; the chosen one (**bold**) is the cheapest "
-        "that qualifies (fewest training sequences = steps x batch, what each job pays; among equally cheap ones the "
-        "highest lower end of the `reward_delta` interval; the pairs are sampled once per sweep, so their number is "
-        "not a cost).",
+        "that qualifies: fewest training sequences (steps x batch, what each job pays), then fewest training prompts "
+        "(each job audits its reference on every pair), then the highest lower end of the `reward_delta` interval.",
         "- noise floor: `reward_delta` compares the policy with the SFT model on *coupled* samples (same prompt, same "
         "random stream), so with nothing trained it is exactly 0; the win rate is against an *independent* SFT "
         "sample (ties half), whose null value is 0.5 with an interval about as wide as those below.",

@@ -95,14 +95,15 @@ def test_archived_runs_regenerate_the_report_byte_for_byte(tmp_path):
     assert len(list(runs.rglob("summary.json"))) == 3
 
 
-def test_among_equally_cheap_settings_the_clearest_improvement_is_chosen(tmp_path):
-    """The number of pairs is not a cost (sampled once per sweep): at equal steps, the setting whose reward_delta
-    interval is furthest above 0 wins, whichever its number of pairs."""
+def test_at_equal_steps_fewer_pairs_then_the_clearest_improvement_win(tmp_path):
+    """At equal steps the setting with fewer pairs wins (each job audits its reference on every pair), even with a
+    smaller effect; at equal steps and pairs, the one whose reward_delta interval is furthest above 0."""
     grid = [(1e-5, 20, 0.14, (0.08, 0.20), 1.5, 32), (1e-5, 20, 0.18, (0.12, 0.24), 1.6, 128), *GRID[1:2]]
+    grid.append((2e-5, 20, 0.16, (0.10, 0.22), 2.0, 32))
     out = tmp_path / "report"
     assert main(["calibration", str(_sweep(tmp_path / "pairs", grid, unfinished=0)), "--out", str(out)]) == 0
     f = pd.read_csv(out / "calibration.csv")
-    assert f["qualifies"].all() and f.loc[f["chosen"], "n_train"].tolist() == [128]
+    assert f["qualifies"].all() and f.loc[f["chosen"], ["n_train", "learning_rate"]].values.tolist() == [[32, 2e-5]]
 
 
 @pytest.mark.parametrize(
