@@ -1,0 +1,36 @@
+"""Committed reports regenerate byte for byte from the run data committed beside them (``reports/<name>/runs/``),
+with the command their own Reproduce section gives. No model runs."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+
+import pytest
+
+from analysis.__main__ import main
+from tests.conftest import REPO
+
+REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "runs").is_dir()]
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatch):
+    committed = REPO / "reports" / name
+    text = (committed / "report.md").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("python -m analysis ")]
+    argv = shlex.split(line)[3:]
+    copy = tmp_path / "reports" / name
+    shutil.copytree(committed / "runs", copy / "runs")
+    if (committed / "notes.md").is_file():
+        shutil.copy(committed / "notes.md", copy / "notes.md")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    made = sorted(p.name for p in copy.iterdir() if p.is_file() and p.suffix in (".md", ".csv", ".tex"))
+    assert "report.md" in made
+    for f in made:
+        assert (copy / f).read_bytes() == (committed / f).read_bytes(), f"reports/{name}/{f} differs when regenerated"
+
+
+def test_there_is_a_committed_report_with_runs():
+    assert "calibration" in REPORTS
