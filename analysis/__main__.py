@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--title", default=None)
     r.add_argument("--baseline", default="full", help="the regime every other one is compared with")
     r.add_argument("--notes", type=Path, default=None, help="a markdown file with the report's reading of the numbers")
+    r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
     r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
     r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
     r.add_argument("--group", default=None, help="the W&B group (the sweep) with --wandb")
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         notes = (args.out / "notes.md").read_text()
     command = "python -m analysis " + " ".join(shlex.quote(a) for a in argv)
     title = args.title or f"Reference regimes: {', '.join(str(f) for f in args.folders) or args.group}"
-    report = write_report(data, args.out, command=command, title=title, notes=notes, config=config)
+    if args.bench is not None and not args.bench.is_file():
+        print(f"analysis: error: no such bench CSV: {args.bench}", file=sys.stderr)
+        return 2
+    report = write_report(data, args.out, command=command, title=title, notes=notes, config=config, bench=args.bench)
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
     return 0

@@ -12,6 +12,7 @@ import pandas as pd
 from ablate.tracking import schema
 from ablate.tracking.run_dir import load_summary
 from analysis import figures
+from analysis.bench_costs import cost_lines
 from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs
 from analysis.markdown import md_table, span
@@ -145,10 +146,11 @@ def write_report(
     baseline: str = "full",
     notes: str | None = None,
     config: ReportConfig | None = None,
+    bench: Path | None = None,
 ) -> Path:
     """Write ``report.md``, ``summary.csv``, ``equivalence.csv``, ``primary.csv``, ``comparisons.csv``,
     ``table.tex`` and ``figures/`` under ``out``; ``config`` (default: its defaults with ``baseline``) sets the
-    primary metric, margins, alpha and bootstrap."""
+    primary metric, margins, alpha and bootstrap; ``bench``: a ``python -m ablate.bench`` CSV for the cost section."""
     cfg = config or ReportConfig(baseline=baseline)
     baseline = cfg.baseline
     out.mkdir(parents=True, exist_ok=True)
@@ -228,6 +230,8 @@ def write_report(
                 "",
             ]
 
+    if bench is not None:
+        lines += cost_lines(bench, list(agg["regime"].drop_duplicates()))
     lines += figure_lines(figs, out)
     lines += ["## What the numbers show", ""]
     found = verdict_findings(eq, cfg) + findings(agg, baseline)
