@@ -61,3 +61,18 @@ def _copy(src: Path, dst: Path) -> int:
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dst)
     return dst.stat().st_size
+
+
+def reproduce_lines(sweeps: list[dict], out: Path) -> list[str]:
+    """The Reproduce block's commands before the report's own: each sweep's command, and, when the report reads
+    archived copies (``out/runs/<name>``), the ``archive`` step from the sweeps' default folders
+    (``runs/sweeps/<name>``, where the presets write) to those copies."""
+    lines = [s["command"] for s in sweeps if s.get("command")] or ["# (sweep command not recorded)"]
+    folders = [Path(s["path"]) for s in sweeps]
+    if folders and all(f.parent == out / "runs" for f in folders):
+        lines.append(
+            "python -m analysis archive "
+            + " ".join(f"runs/sweeps/{f.name}" for f in folders)
+            + f" --out {out / 'runs'}"
+        )
+    return lines

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.archive import reproduce_lines
 from analysis.load import Runs
 from analysis.markdown import md_table, num, span
 
@@ -181,7 +182,7 @@ def write_calibration(
     figure(f, kl_window, out / "figures" / "calibration.png")
 
     lines = [f"# {title}", "", "## Reproduce", "", "```bash"]
-    lines += [s["command"] for s in data.sweeps if s.get("command")] or ["# (sweep command not recorded)"]
+    lines += reproduce_lines(data.sweeps, out)
     lines += [command, "```", ""]
     lines += _provenance_lines(data)
     lines += [

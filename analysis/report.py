@@ -12,6 +12,7 @@ import pandas as pd
 from ablate.tracking import schema
 from ablate.tracking.run_dir import load_summary
 from analysis import figures
+from analysis.archive import reproduce_lines
 from analysis.bench_costs import cost_lines
 from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs
@@ -191,7 +192,7 @@ def write_report(
         "",
         "```bash",
     ]
-    lines += [s["command"] for s in data.sweeps if s.get("command")] or ["# (sweep command not recorded)"]
+    lines += reproduce_lines(data.sweeps, out)
     lines += [command, "```", ""]
     lines += [
         f"- runs: {len(runs)} jobs, {int((runs['status'] == 'finished').sum())} finished; seeds "

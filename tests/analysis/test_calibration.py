@@ -85,6 +85,8 @@ def test_archived_runs_regenerate_the_report_byte_for_byte(tmp_path):
     args = ["calibration", str(runs / "calibrate_dpo"), "--out", str(out)]
     assert main(args) == 0
     first = _files(out)
+    # the Reproduce block says how the archived copy was made from the preset's own sweep folder
+    assert f"python -m analysis archive runs/sweeps/calibrate_dpo --out {runs}\n" in first["report.md"].decode()
     shutil.rmtree(out / "figures")
     (out / "report.md").unlink()
     assert main(args) == 0

@@ -18,7 +18,8 @@ REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "runs").
 def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatch):
     committed = REPO / "reports" / name
     text = (committed / "report.md").read_text()
-    (line,) = [ln for ln in text.splitlines() if ln.startswith("python -m analysis ")]
+    # the report's own command: the last analysis line of its Reproduce block (an archive step may come before)
+    line = [ln for ln in text.split("```")[1].splitlines() if ln.startswith("python -m analysis ")][-1]
     argv = shlex.split(line)[3:]
     copy = tmp_path / "reports" / name
     shutil.copytree(committed / "runs", copy / "runs")
