@@ -84,6 +84,20 @@ class CacheEntry:
             return False
         return True
 
+    def _publish(self, tmp: Path) -> None:
+        """Rename the built folder into place. A job beside this one (a parallel sweep) may have built the same
+        entry meanwhile: the first complete entry stands (another job may be reading it) and this copy is dropped;
+        only a stale partial one is replaced."""
+        if self.valid():
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        try:
+            os.replace(tmp, self.path)
+        except OSError:  # another job renamed its copy in between: keep theirs if it is whole
+            if not self.valid():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
@@ -104,9 +118,7 @@ class CacheEntry:
             files = {str(f.relative_to(tmp)): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
             meta = {"kind": self.kind, "digest": self.digest, "key": self.key, "files": files, **(extra_meta or {})}
             (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
-            if self.path.exists():  # someone else built it meanwhile, or a stale partial entry
-                shutil.rmtree(self.path, ignore_errors=True)
-            os.replace(tmp, self.path)
+            self._publish(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

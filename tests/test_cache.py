@@ -68,3 +68,17 @@ def test_folder_without_meta_is_a_partial_entry(tmp_path):
     (e.path / "data.txt").write_text("partial")
     assert not e.valid()
     assert not e.path.exists()
+
+
+def test_two_jobs_building_one_entry_keep_the_first(tmp_path):
+    """Two jobs of a parallel sweep miss the same entry and both build it: the one that finishes second must not
+    delete the entry the first published (that job may be reading it); its own copy is dropped."""
+    first, second = CacheEntry(tmp_path, "k", {"x": 1}), CacheEntry(tmp_path, "k", {"x": 1})
+    with second.build() as tmp_second:
+        (tmp_second / "data.txt").write_text("second")
+        _build(first, "first")  # published while the second job is still building
+        reader = (first.path / "data.txt").open()
+    assert reader.read() == "first" and (first.path / "data.txt").read_text() == "first"
+    reader.close()
+    assert second.valid() and not tmp_second.exists()
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no temp folders left
