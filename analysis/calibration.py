@@ -146,22 +146,16 @@ def figure(f: pd.DataFrame, window: tuple[float, float], path: Path) -> None:
 
 
 def _provenance_lines(data: Runs) -> list[str]:
-    from ablate.tracking.run_dir import load_summary
+    from analysis.report import provenance
 
     runs = data.finished()
-    commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()))
-    prov = {}
-    for p in runs["path"]:
-        s = Path(p) / "summary.json"
-        if s.is_file():
-            prov = load_summary(s).get("provenance") or {}
-            break
+    prov = provenance(runs, list(runs["path"]))
     threads = sorted(set(runs.get("cfg.threads", pd.Series(dtype=object)).dropna().map(str)))
     total = float(runs["wall_s"].sum()) if "wall_s" in runs else math.nan
     return [
-        f"- code the runs were made with: {', '.join(commits) or 'not recorded'}",
-        "- versions: " + (", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items()) or "not recorded"),
-        "- hardware: " + (", ".join(f"{k} {v}" for k, v in (prov.get("hardware") or {}).items()) or "not recorded"),
+        f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}",
+        "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
+        "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
         f"- torch threads per job: {', '.join(threads) or 'all cores'}; compute: {len(runs)} jobs, "
         f"{num(total / 60)} min of job wall time in all",
     ]

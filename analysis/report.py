@@ -79,7 +79,7 @@ def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
+def provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     """Commits, versions and hardware as the runs recorded them."""
     have_summary = runs[runs["status"] != "unfinished"]
     commits = sorted(set(have_summary.get("git_commit", pd.Series(dtype=str)).dropna()))
@@ -181,7 +181,7 @@ def write_report(
         cmp.to_csv(out / "comparisons.csv", index=False)
     figs = make_figures(data, agg, eq, out, cfg)
 
-    prov = _provenance(runs, list(runs["path"]))
+    prov = provenance(runs, list(runs["path"]))
     seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
     lines = [
         f"# {title}",
