@@ -97,6 +97,13 @@ def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | 
     )
 
 
+def popen_cli(*args: str, log: Path, cwd: Path | str = REPO) -> subprocess.Popen:
+    """``python -m ablate <args>`` started in a subprocess, its stdout and stderr to the file ``log`` (a pipe nobody
+    reads can fill and stall it), for a test that runs something beside it."""
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "ablate", *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+
 @pytest.fixture
 def ref_ctx(tiny_source, tokenizer):
     """A RefContext over the tiny model, on CPU."""

@@ -8,8 +8,13 @@ import pytest
 from ablate.tracking.wandb_offline import offline_runs, read_offline_run
 from tests.conftest import TINY_FAST, run_cli
 
-# TINY_FAST without logger=none: these tests read the W&B offline runs
-FAST = [o for o in TINY_FAST if not o.startswith("logger=")] + ["threads=1", "logger.mode=offline"]
+# TINY_FAST without logger=none: these tests read the W&B offline runs; no fidelity audit (half a tiny job's evaluation
+# time, and not what these tests are about)
+FAST = [o for o in TINY_FAST if not o.startswith("logger=")] + [
+    "threads=1",
+    "logger.mode=offline",
+    "eval.fidelity=false",
+]
 FOUR = ["ref=ema,none", "seed=0,1"]  # a stateful regime and a reference-free one, two seeds
 
 

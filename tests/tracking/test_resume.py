@@ -78,7 +78,10 @@ def _same(a, b) -> bool:
 def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, algo):
     overrides = ALGOS[algo]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    _run(whole, *overrides)
+    # the uninterrupted run goes side by side with the one to be killed (one torch thread each): the results may not
+    # depend on what else the machine is doing (and the test takes one job's time less)
+    whole_log = (tmp_path / "whole.log").open("w")  # a file, not a pipe that could fill while nobody reads it
+    whole_proc = subprocess.Popen(_cmd(whole, *overrides), cwd=REPO, stdout=whole_log, stderr=subprocess.STDOUT)
     proc = subprocess.Popen(_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not list(killed.glob("checkpoints/checkpoint-*/ablate_state.json")):
@@ -93,6 +96,8 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
 
     res = _run(killed, *overrides)
     assert "resuming from" in res.stdout + res.stderr
+    assert whole_proc.wait(timeout=600) == 0, (tmp_path / "whole.log").read_text()[-3000:]
+    whole_log.close()
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["resumed_from_step"] >= 2
     assert _same(_summary(killed), _summary(whole))
