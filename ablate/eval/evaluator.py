@@ -12,7 +12,8 @@ that drew the samples. The audit reports, in nats per response (summed over its 
 - ``kl/approx``, the stand-in divergence: exact KL(policy || the regime's reference) on the same samples.
   For DPO it is not a KL the run trained against: DPO never computes one;
 - ``kl/abs_err``: |stand-in divergence - true KL|; ``kl/logp_*``: errors of the regime's per-token
-  log-probs against the judge's on the sampled tokens.
+  log-probs against the judge's on the sampled tokens (read off the regime's distribution in float64 where they
+  are its distribution's, :attr:`~ablate.refs.base.Reference.logprobs_match_distribution`; else its own).
 
 Launched on several processes (:mod:`ablate.distributed`), each samples and scores a contiguous block of the
 prompts (the SFT baseline's too) and of the perplexity's texts, and the rows are gathered in prompt order before
@@ -263,17 +264,20 @@ class Evaluator:
         return math.exp(nll / n) if n else float("nan")
 
     def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: Audit) -> None:
-        """Score one chunk of responses with the policy, the judge and the regime (:class:`Audit` accumulates)."""
+        """Score one chunk of responses with the policy, the judge and the regime (:class:`Audit` accumulates). A regime
+        that reads the judge's own copy (``ref=full``) is not run again; one whose log-probs are those of its
+        distribution has them read off it (:attr:`Reference.logprobs_match_distribution`): one forward, not two."""
         batch = sb.batch.to(self.device)
         mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
         with torch.no_grad(), autocast(self.device, self.precision):
-            regime_logp = audit.regime_logprobs(reference, batch)
             pol = self._policy_scores(policy, batch)
             judge = next_token_logits(self.judge, batch)
-            stand_in = audit.stand_in(reference, batch)
+            stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch)
+            from_stand_in = stand_in is not None and reference.logprobs_match_distribution
+            regime_logp = None if from_stand_in else audit.regime_logprobs(reference, batch)
         terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
         del pol, judge, stand_in
-        audit.add(terms, mask, regime_logp, sb.lengths, sb.truncated)
+        audit.add(terms, mask, terms.stand_in_logp if from_stand_in else regime_logp, sb.lengths, sb.truncated)
 
     def _fidelity(self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit) -> dict:
         """The fidelity audit's ``kl/*`` metrics (:mod:`ablate.eval.fidelity`) at step 0 and at the final evaluation

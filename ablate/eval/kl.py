@@ -146,6 +146,7 @@ class AuditTerms:
     logp: Tensor  # the policy's log-prob of the sampled token
     judge_logp: Tensor  # the judge's (the full reference's) log-prob of the sampled token
     stand_in_kl: Tensor | None  # exact KL(policy || stand-in), when a stand-in was given
+    stand_in_logp: Tensor | None  # the stand-in's log-prob of the sampled token, when a stand-in was given
 
 
 def _chunks(mask: Tensor, vocab: int, chunk_elements: int):
@@ -187,14 +188,16 @@ def audit_terms(
     ``tokens`` ``[B, T]`` where ``mask`` is set.
 
     Each chunk of ``chunk_elements // V`` positions is normalised with a float64 log-softmax and summed in
-    float64 (:func:`kl_from_scores`); positions off the mask are not computed.
+    float64 (:func:`kl_from_scores`); positions off the mask are not computed. A stand-in that *is* the judge (the
+    same tensor: ``ref=full`` reads the judge's own copy) has the judge's terms, not computed twice.
     """
     _check_scores(policy, tokens, mask, "policy")
     _check_scores(judge, tokens, mask, "judge")
     if stand_in is not None:
         _check_scores(stand_in, tokens, mask, "stand-in")
     zeros = lambda: torch.zeros(tokens.shape, dtype=torch.float64, device=policy.device)  # noqa: E731
-    out = AuditTerms(zeros(), zeros(), zeros(), zeros() if stand_in is not None else None)
+    given = stand_in is not None
+    out = AuditTerms(zeros(), zeros(), zeros(), zeros() if given else None, zeros() if given else None)
     for b, t in _chunks(mask, policy.shape[-1], chunk_elements):
         tok = tokens[b, t].long().unsqueeze(-1)
         x, y = policy[b, t].double(), judge[b, t].double()
@@ -202,6 +205,11 @@ def audit_terms(
         out.judge_logp[b, t] = y.gather(-1, tok).squeeze(-1) - y.logsumexp(-1)
         out.kl[b, t] = kl_from_scores(x, y)
         del y
-        if stand_in is not None:
-            out.stand_in_kl[b, t] = kl_from_scores(x, stand_in[b, t])
+        if given and stand_in is not judge:
+            z = stand_in[b, t].double()
+            out.stand_in_logp[b, t] = z.gather(-1, tok).squeeze(-1) - z.logsumexp(-1)
+            out.stand_in_kl[b, t] = kl_from_scores(x, z)
+            del z
+    if stand_in is judge:
+        out.stand_in_kl, out.stand_in_logp = out.kl.clone(), out.judge_logp.clone()
     return out

@@ -111,6 +111,9 @@ class Reference(ABC):
     needs_pairs: ClassVar[bool] = False
     #: True when the regime wants the training sequences through :meth:`prepare` (cached).
     wants_training_data: ClassVar[bool] = False
+    #: True when the regime's per-token log-probs are those of its own next-token distribution (:meth:`distribution`):
+    #: the evaluator's audit then reads them off that distribution (in float64) instead of running the model again.
+    logprobs_match_distribution: bool = False
     #: Packages the regime needs beyond the base install: import name -> (pip requirement, who needs it).
     required_packages: ClassVar[dict[str, tuple[str, str]]] = {}
 
@@ -170,6 +173,11 @@ class Reference(ABC):
         as the regime approximates them): ``log_softmax`` of a row is the distribution, and the audit takes it
         in float64 (``ablate.eval.kl.audit_terms``). For audits: not timed as training cost."""
         return self._distribution(batch)
+
+    def reads(self, model: torch.nn.Module) -> bool:
+        """True when the regime's reference *is* ``model`` (the same object, only read): its scores are then
+        ``model``'s own, and an audit that already has them need not ask again (``ref=full`` reads the judge's copy)."""
+        return False
 
     # --- step ---------------------------------------------------------------------------------------------
     def step(self, policy: torch.nn.Module, step: int) -> None:

@@ -32,6 +32,8 @@ class ModelReference(Reference):
     #: read (never updated, quantised or wrapped): it may then be handed a frozen copy the run already holds
     #: instead of loading its own (``ablate.inputs.RunInputs.ref_context``). Its cost counts the copy all the same.
     reads_sft_copy: ClassVar[bool] = False
+    #: its log-probs and its distribution are the held model's (through the fused head and through the full logits)
+    logprobs_match_distribution = True
 
     model: torch.nn.Module
 
@@ -45,6 +47,9 @@ class ModelReference(Reference):
     def build_model(self) -> torch.nn.Module:
         assert self.ctx.load_model is not None, "RefContext.load_model is required for model-backed references"
         return self.ctx.load_model()
+
+    def reads(self, model: torch.nn.Module) -> bool:
+        return self.model is model
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return token_logprobs(self.model, batch.to(self.ctx.device))

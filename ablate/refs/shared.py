@@ -25,6 +25,7 @@ class SharedRefConfig(RefConfig):
 @register(SharedRefConfig)
 class SharedReference(Reference):
     required_packages = required("peft", "peft", "ref=shared")
+    logprobs_match_distribution = True  # both are the adapter-disabled policy's
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -78,6 +78,8 @@ def stored_bytes_per_position(k: int, vocab: int, keep_sampled: bool) -> int:
 class TopKReference(ModelReference):
     def __init__(self, cfg: TopKRefConfig, ctx):
         super().__init__(cfg, ctx)
+        # a scoring endpoint returns the scored token's exact log-prob, not the top-k form's
+        self.logprobs_match_distribution = not cfg.keep_sampled
         vocab = self.model.get_output_embeddings().weight.shape[0]
         self._cost.extra.update(
             stored_bytes_per_position=stored_bytes_per_position(cfg.k, vocab, cfg.keep_sampled),

@@ -96,7 +96,7 @@ def test_audit_terms_are_chunk_independent_masked_and_float64() -> None:
     mask = torch.rand(B, T, generator=g) > 0.3
     one = audit_terms(pol, judge, tokens, mask, stand_in, chunk_elements=V)  # one position per chunk
     many = audit_terms(pol, judge, tokens, mask, stand_in)
-    for name in ("kl", "logp", "judge_logp", "stand_in_kl"):
+    for name in ("kl", "logp", "judge_logp", "stand_in_kl", "stand_in_logp"):
         a, b = getattr(one, name), getattr(many, name)
         assert a.dtype == torch.float64 and torch.equal(a, b), name
         assert (a[~mask] == 0).all(), name
@@ -105,5 +105,12 @@ def test_audit_terms_are_chunk_independent_masked_and_float64() -> None:
     assert torch.equal(many.judge_logp, token_logprobs(judge, tokens, mask))
     assert torch.equal(many.kl[mask], kl_from_scores(pol[mask], judge[mask]))
     assert torch.equal(many.stand_in_kl[mask], kl_from_scores(pol[mask], stand_in[mask]))
-    assert audit_terms(pol, judge, tokens, mask).stand_in_kl is None
+    assert torch.equal(many.stand_in_logp, token_logprobs(stand_in, tokens, mask))
+    bare = audit_terms(pol, judge, tokens, mask)
+    assert bare.stand_in_kl is None and bare.stand_in_logp is None
+    # a stand-in that is the judge itself (ref=full reads the judge's copy) gives what a copy of it gives
+    same, copy = audit_terms(pol, judge, tokens, mask, judge), audit_terms(pol, judge, tokens, mask, judge.clone())
+    for name in ("stand_in_kl", "stand_in_logp"):
+        assert torch.equal(getattr(same, name), getattr(copy, name)), name
+    assert torch.equal(same.stand_in_kl, same.kl) and torch.equal(same.stand_in_logp, same.judge_logp)
     assert torch.equal(exact_kl_per_token(pol, judge)[mask], kl_from_scores(pol[mask], judge[mask]).float())

@@ -63,6 +63,55 @@ def test_a_moved_policy_has_positive_kl_and_full_audits_exactly(evaluator, tiny_
     assert any(s["kl_k3"] > 0 for s in res.samples)
 
 
+def _moved(tiny_source):
+    policy = load_model(tiny_source, torch.device("cpu"))
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return policy
+
+
+def _forwards(model: torch.nn.Module) -> list:
+    calls: list = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    return calls
+
+
+def test_the_audit_runs_each_model_once_per_chunk_and_full_not_at_all(evaluator, tiny_source, ref_ctx):
+    """A regime whose log-probs are its distribution's is run once per chunk of responses (its log-probs read off the
+    distribution), and ``ref=full`` reading the judge's own copy not at all; the figures are those of the separate
+    calls: the stand-in divergence bit for bit, the log-probs to fused-head precision."""
+    from dataclasses import replace
+
+    policy = _moved(tiny_source)
+    evaluator.sft_baseline(1), evaluator.sft_baseline(1, independent=True)  # sampled with the judge before counting
+    own = FullReference(FullRefConfig(), ref_ctx)  # its own copy of the SFT weights, as ema or int8 hold theirs
+    assert own.logprobs_match_distribution and not own.reads(evaluator.judge)
+    own_calls, judge_calls = _forwards(own.model), _forwards(evaluator.judge)
+    m_own = evaluator.evaluate(policy, own, step=5).metrics
+    chunks = len(judge_calls)  # one judge forward per chunk of responses
+    assert chunks >= math.ceil(len(evaluator.prompts) / evaluator.cfg.batch_size) and len(own_calls) == chunks
+
+    reader = FullReference(FullRefConfig(), replace(ref_ctx, load_model=lambda **_: evaluator.judge))
+    assert reader.reads(evaluator.judge)
+    m_reader = evaluator.evaluate(policy, reader, step=5).metrics
+    assert len(judge_calls) == 2 * chunks  # the judge's forward only: the regime is not run again
+
+    for m in (m_own, m_reader):
+        assert m["kl/approx"] == m["kl/true"] > 0 and m["kl/abs_err"] == 0.0
+        assert m["kl/logp_mae"] == m["kl/logp_max_err"] == 0.0  # the same logits as the judge's, in float64
+    assert m_own.keys() == m_reader.keys()
+    assert all(m_own[k] == m_reader[k] or (math.isnan(m_own[k]) and math.isnan(m_reader[k])) for k in m_own)
+    # the log-probs read off the distribution are the fused head's, to its float32 precision
+    batch = evaluator._sample(policy, "test", 1, 0)[0].batch
+    fused = own.audit_logprobs(batch)
+    mask = batch.target_mask
+    from ablate.eval.kl import token_logprobs
+
+    read = token_logprobs(own.distribution(batch), batch.input_ids[:, 1:], mask)
+    assert torch.allclose(fused[mask].double(), read[mask], atol=1e-5)
+
+
 def test_sft_baseline_is_sampled_once(evaluator):
     a = evaluator.sft_baseline()
     assert evaluator.sft_baseline() is a
