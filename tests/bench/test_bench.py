@@ -57,6 +57,13 @@ def test_bench_on_tiny(tmp_path):
     assert len(rows) >= 6
 
 
+def test_the_bench_covers_every_regime():
+    from ablate.bench.config import ALL_REGIMES
+    from ablate.refs import REGISTRY
+
+    assert sorted(ALL_REGIMES) == sorted(REGISTRY) and ALL_REGIMES[0] == "full"  # the ratios' denominator first
+
+
 @pytest.mark.parametrize(
     "args, says",
     [
