@@ -175,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": f"the model's matrices are small (hidden size {policy.config.hidden_size}) and much of a "
         f"step is attention, softmax, norms, the optimiser and Python overhead, not matmuls",
         "sampling": "generate's time is ~97% model forwards, of which matmuls are ~60% at ~60% of the ceiling "
-        "(SmolLM2, 32 rows, bf16, profiled); the rest is attention, KV-cache copies and norms. The 32 evaluation "
-        "prompts (chat template: ~54 tokens each) cost a prefill about as large as the 48 decoded tokens, and "
-        "32 rows is all the default evaluation has. Static cache without compile was no faster here, eager "
+        "(SmolLM2, 32 rows, bf16, profiled); the rest is attention, KV-cache copies and norms. Each evaluation "
+        "prompt (chat template: ~54 tokens) costs a prefill comparable to its response, and a batch runs until its "
+        "longest response ends (the rows that ended early still cost a forward each step; tokens/s counts only "
+        "response tokens). Static cache without compile was no faster here, eager "
         "attention slower; the evaluation samples in fp32 by default (eval.precision: the audit scores the "
         "model that drew the samples, and bf16 logits are too coarse to measure the regimes' errors)",
         "memory": "the run's own state (fp32 weights, gradients, two AdamW moments, the reference: "
