@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,11 @@ def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatc
     shutil.copytree(committed / "runs", copy / "runs")
     if (committed / "notes.md").is_file():
         shutil.copy(committed / "notes.md", copy / "notes.md")
+    if "--bench" in argv:  # the bench's CSV and the .md beside it (its code), where the command names them
+        csv = argv[argv.index("--bench") + 1]
+        for f in (csv, str(Path(csv).with_suffix(".md"))):
+            (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / f, tmp_path / f)
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 0
     made = sorted(p.name for p in copy.iterdir() if p.is_file() and p.suffix in (".md", ".csv", ".tex"))
