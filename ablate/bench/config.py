@@ -12,7 +12,17 @@ from ablate.compose import compose, hydra_session
 from ablate.config import require
 
 ALL_REGIMES = [
-    *("full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "trdpo_soft", "trdpo_hard"),
+    "full",
+    "int8",
+    "nf4",
+    "shared",
+    "cached",
+    "topk",
+    "distilled",
+    "ema",
+    "snapshot",
+    "trdpo_soft",
+    "trdpo_hard",
     "none",
 ]
 RUN_KEYS = ("model", "task", "algo", "seed")  # the bench's overrides that apply to the benchmarked runs

@@ -164,14 +164,18 @@ def _check_scores(scores: Tensor, tokens: Tensor, mask: Tensor, what: str) -> No
         )
 
 
+def _token_logp(x: Tensor, tok: Tensor) -> Tensor:
+    """log_softmax(x) at ``tok`` ([N, V] float64 log-scores, [N, 1] token ids -> [N]), without the [N, V] log-softmax."""
+    return x.gather(-1, tok).squeeze(-1) - x.logsumexp(-1)
+
+
 def token_logprobs(scores: Tensor, tokens: Tensor, mask: Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """float64 ``[B, T]`` log-probs of ``tokens`` under ``log_softmax(scores)`` (``[B, T, V]`` log-scores),
     0 off the mask; normalised a chunk of positions at a time."""
     _check_scores(scores, tokens, mask, "scores")
     out = torch.zeros(tokens.shape, dtype=torch.float64, device=scores.device)
     for b, t in _chunks(mask, scores.shape[-1], chunk_elements):
-        x = scores[b, t].double()
-        out[b, t] = x.gather(-1, tokens[b, t].long().unsqueeze(-1)).squeeze(-1) - x.logsumexp(-1)
+        out[b, t] = _token_logp(scores[b, t].double(), tokens[b, t].long().unsqueeze(-1))
     return out
 
 
@@ -201,13 +205,12 @@ def audit_terms(
     for b, t in _chunks(mask, policy.shape[-1], chunk_elements):
         tok = tokens[b, t].long().unsqueeze(-1)
         x, y = policy[b, t].double(), judge[b, t].double()
-        out.logp[b, t] = x.gather(-1, tok).squeeze(-1) - x.logsumexp(-1)
-        out.judge_logp[b, t] = y.gather(-1, tok).squeeze(-1) - y.logsumexp(-1)
+        out.logp[b, t], out.judge_logp[b, t] = _token_logp(x, tok), _token_logp(y, tok)
         out.kl[b, t] = kl_from_scores(x, y)
         del y
         if given and stand_in is not judge:
             z = stand_in[b, t].double()
-            out.stand_in_logp[b, t] = z.gather(-1, tok).squeeze(-1) - z.logsumexp(-1)
+            out.stand_in_logp[b, t] = _token_logp(z, tok)
             out.stand_in_kl[b, t] = kl_from_scores(x, z)
             del z
     if stand_in is judge:

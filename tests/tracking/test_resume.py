@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, popen_cli
 
 BASE = [
     "model=tiny",
@@ -49,8 +49,12 @@ def _kept(key: str) -> bool:
     return key not in OTHER and not any(w in key for w in TIMING_WORDS)
 
 
+def _args(out: Path, *overrides: str) -> list[str]:
+    return [*BASE, *overrides, f"hydra.run.dir={out}"]
+
+
 def _cmd(out: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "ablate", *BASE, *overrides, f"hydra.run.dir={out}"]
+    return [sys.executable, "-m", "ablate", *_args(out, *overrides)]
 
 
 def _run(out: Path, *overrides: str):
@@ -80,8 +84,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     # the uninterrupted run goes side by side with the one to be killed (one torch thread each): the results may not
     # depend on what else the machine is doing (and the test takes one job's time less)
-    whole_log = (tmp_path / "whole.log").open("w")  # a file, not a pipe that could fill while nobody reads it
-    whole_proc = subprocess.Popen(_cmd(whole, *overrides), cwd=REPO, stdout=whole_log, stderr=subprocess.STDOUT)
+    whole_proc = popen_cli(*_args(whole, *overrides), log=tmp_path / "whole.log")
     proc = subprocess.Popen(_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not list(killed.glob("checkpoints/checkpoint-*/ablate_state.json")):
@@ -97,7 +100,6 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     res = _run(killed, *overrides)
     assert "resuming from" in res.stdout + res.stderr
     assert whole_proc.wait(timeout=600) == 0, (tmp_path / "whole.log").read_text()[-3000:]
-    whole_log.close()
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["resumed_from_step"] >= 2
     assert _same(_summary(killed), _summary(whole))
@@ -113,19 +115,9 @@ def test_same_seed_same_metrics_other_seed_differs(tmp_path):
     else the machine is doing."""
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     jobs = [(a, ()), (b, ()), (c, ("seed=1",))]
-    procs = [
-        subprocess.Popen(
-            _cmd(out, "checkpoint.interval=0", *extra),
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for out, extra in jobs
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
+    procs = [popen_cli(*_args(out, "checkpoint.interval=0", *extra), log=Path(f"{out}.log")) for out, extra in jobs]
+    for (out, _), proc in zip(jobs, procs):
+        assert proc.wait(timeout=600) == 0, Path(f"{out}.log").read_text()[-3000:]
     assert _same(_metrics(a), _metrics(b))
     assert _same(_summary(a), _summary(b))
     assert not _same(_metrics(a), _metrics(c))
