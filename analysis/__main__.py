@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--title", default=None)
     r.add_argument("--baseline", default="full", help="the regime every other one is compared with")
     r.add_argument("--notes", type=Path, default=None, help="a markdown file with the report's reading of the numbers")
+    r.add_argument(
+        "--regimes", default=None, help="only these references, comma-separated (e.g. full,int8,cached); default: all"
+    )
     r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
     r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
     r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not args.folders:
                 parser.error("give at least one sweep folder")
-            data = load.load_runs(*args.folders)
+            regimes = [x.strip() for x in args.regimes.split(",") if x.strip()] if args.regimes else None
+            data = load.load_runs(*args.folders, regimes=regimes)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2

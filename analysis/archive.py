@@ -64,15 +64,16 @@ def _copy(src: Path, dst: Path) -> int:
 
 
 def reproduce_lines(sweeps: list[dict], out: Path) -> list[str]:
-    """The Reproduce block's commands before the report's own: each sweep's command, and, when the report reads
-    archived copies (``out/runs/<name>``), the ``archive`` step from the sweeps' default folders
-    (``runs/sweeps/<name>``, where the presets write) to those copies."""
+    """The Reproduce block's commands before the report's own: each sweep's command, and, for the folders it reads
+    as archived copies (``reports/<name>/runs/<sweep>``: this report's or another's), the ``archive`` step from
+    the sweeps' default folders (``runs/sweeps/<sweep>``, where the presets write) to those copies."""
     lines = [s["command"] for s in sweeps if s.get("command")] or ["# (sweep command not recorded)"]
     folders = [Path(s["path"]) for s in sweeps]
-    if folders and all(f.parent == out / "runs" for f in folders):
-        lines.append(
-            "python -m analysis archive "
-            + " ".join(f"runs/sweeps/{f.name}" for f in folders)
-            + f" --out {out / 'runs'}"
-        )
+    archives: dict[Path, list[str]] = {}
+    for f in folders:
+        if f.parent.name == "runs" and (f.parent == out / "runs" or f.parent.parent.parent == out.parent):
+            archives.setdefault(f.parent, []).append(f.name)
+    if folders and len(archives) and sum(map(len, archives.values())) == len(folders):
+        for dest, names in archives.items():
+            lines.append("python -m analysis archive " + " ".join(f"runs/sweeps/{n}" for n in names) + f" --out {dest}")
     return lines

@@ -213,8 +213,9 @@ def load_folder_record(job_dir: Path, root: Path) -> RunRecord:
     return RunRecord(job=name, source=str(job_dir), config=cfg, summary=summary, history=history)
 
 
-def load_runs(*folders: str | Path) -> Runs:
-    """Every job below the given sweep (or run) folders."""
+def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None) -> Runs:
+    """Every job below the given sweep (or run) folders; with ``regimes``, only the jobs of those references (by
+    name: ``ema`` keeps every ``ema(...)`` variant)."""
     from ablate.status import job_dirs
 
     records, sweeps = [], []
@@ -225,6 +226,13 @@ def load_runs(*folders: str | Path) -> Runs:
         records += [load_folder_record(d, f) for d in job_dirs(f)]
     if not records:
         raise ValueError(f"no run folders (with config.yaml) below {', '.join(map(str, folders))}")
+    if regimes is not None:
+        wanted = list(regimes)
+        name = lambda r: (r.summary or {}).get("regime", r.config.get("ref.name"))  # noqa: E731
+        missing = sorted(set(wanted) - {name(r) for r in records})
+        if missing:
+            raise ValueError(f"no runs of regime {', '.join(missing)} below {', '.join(map(str, folders))}")
+        records = [r for r in records if name(r) in wanted]
     return build(records, sweeps)
 
 

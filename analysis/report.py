@@ -22,6 +22,7 @@ from analysis.report_config import ReportConfig
 from analysis.report_figures import figure_lines, make_figures
 from analysis.report_verdicts import condition_sections, null_control_lines, statistics_lines, verdict_findings
 from analysis.samples import prompt_frame
+from analysis.sensitivity import section as sensitivity_section
 from analysis.stats import aggregate, paired_vs_baseline
 
 
@@ -233,6 +234,10 @@ def write_report(
 
     if bench is not None:
         lines += cost_lines(bench, list(agg["regime"].drop_duplicates()))
+    beta_lines, beta_fig = sensitivity_section(runs, eq, cfg, out)
+    lines += beta_lines
+    if beta_fig is not None:
+        figs["sensitivity"] = beta_fig
     lines += figure_lines(figs, out)
     lines += ["## What the numbers show", ""]
     found = verdict_findings(eq, cfg) + findings(agg, baseline)
@@ -248,6 +253,11 @@ def write_report(
         "- `equivalence.csv`: every verdict: difference, 95% and 90% intervals, margin, method",
         "- `comparisons.csv`: the seed-level paired t-tests with the baseline",
         "- `table.tex`: the main table for a paper (booktabs)",
+        *(
+            ["- `sensitivity.csv`: each stand-in's differences against beta x its margin error's sd"]
+            if beta_lines
+            else []
+        ),
         "- `figures/`: the figures above",
         "",
     ]

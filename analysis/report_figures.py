@@ -10,6 +10,7 @@ from analysis import figures
 from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.load import Runs
 from analysis.report_config import ReportConfig
+from analysis.sensitivity import CAPTION as SENSITIVITY
 
 SEEDS = "Lines and points: mean over seeds; shaded bands and error bars: the lowest to the highest seed."
 CAPTIONS = {
@@ -31,6 +32,7 @@ CAPTIONS = {
     "fresh samples) are absent.",
     "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
     "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
+    "sensitivity": SENSITIVITY,
     "drift": "Response length, repeated bigrams, unsafe rate and held-out perplexity at each evaluation. " + SEEDS,
 }
 

@@ -43,12 +43,16 @@ def write_run(
     rows: list | None = None,
     status: str = "finished",
     reason: str = "",
+    config: dict | None = None,
     **summary,
 ) -> Path:
     """One run folder ``root/ref=<regime>,seed=<seed>``: summary values from ``rows`` (or ``summary``), a short
-    curve, and ``samples.jsonl`` when ``rows`` is given."""
+    curve, and ``samples.jsonl`` when ``rows`` is given; ``config`` adds to its config.yaml's groups."""
     folder = RunFolder(root / f"ref={regime},seed={seed}")
-    folder.write_config({"ref": {"name": regime}, "algo": {"name": "dpo"}, "model": {"name": "tiny"}, "seed": seed})
+    cfg = {"ref": {"name": regime}, "algo": {"name": "dpo"}, "model": {"name": "tiny"}, "seed": seed}
+    for group, values in (config or {}).items():  # e.g. {"algo": {"beta": 0.3}}
+        cfg[group] = {**cfg.get(group, {}), **values}
+    folder.write_config(cfg)
     if status == "unfinished":
         return folder.path
     s = {k: 0.5 for k in SUMMARY_KEYS}

@@ -1,0 +1,100 @@
+"""The report's beta-sensitivity section (``analysis/sensitivity.py``) on synthetic sweeps with known effects,
+and the report command's ``--regimes`` filter that lets one report read part of another's sweep."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from analysis.archive import reproduce_lines
+from analysis.load import load_runs
+from tests.analysis.synthetic import samples, write_run
+from tests.conftest import REPO
+
+# (regime, beta) -> (margin error sd, reward shift): only nf4 at beta 0.3 (beta x sd = 3) moves the behaviour
+POINTS = {
+    ("full", 0.03): (0.3, 0.0),
+    ("int8", 0.03): (2.0, 0.0),
+    ("nf4", 0.03): (10.0, 0.0),
+    ("full", 0.3): (0.3, 0.0),
+    ("int8", 0.3): (2.0, 0.0),
+    ("nf4", 0.3): (10.0, 0.3),
+}
+
+
+def _sweeps(root):
+    for (regime, beta), (sd, shift) in POINTS.items():
+        for seed in (0, 1):
+            write_run(
+                root / f"beta{beta}",
+                regime,
+                seed,
+                samples(seed, 12, shift=shift),
+                config={"algo": {"beta": beta}},
+                margin_err_sd=sd + 0.01 * seed,
+            )
+    write_run(root / "beta0.3", "cached", 0, samples(0, 12), config={"algo": {"beta": 0.3}}, margin_err_sd=0.3)
+    return root
+
+
+def _report(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", "report", *map(str, args), "--boot", "200"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_section_orders_points_by_beta_times_sd_and_finds_the_first_difference(tmp_path):
+    root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
+    res = _report(root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8,nf4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = (out / "report.md").read_text()
+    assert "## When is a cheap reference safe?" in text and "](figures/sensitivity.png)" in text
+    assert (out / "figures" / "sensitivity.png").stat().st_size > 10_000
+    f = pd.read_csv(out / "sensitivity.csv")
+    assert set(f["regime"]) == {"int8", "nf4"}  # cached filtered out; the baseline is not a point
+    pts = f[f["metric"] == "reward_delta"].set_index(["regime", "beta"])
+    assert pts["scaled"].to_numpy() == pytest.approx([0.03 * 2.005, 0.03 * 10.005, 0.3 * 2.005, 0.3 * 10.005])
+    assert pts.loc[("nf4", 0.3), "verdict"] == "different"
+    assert pts.loc[("nf4", 0.3), "rel_diff"] == pytest.approx(0.3 / 0.05)
+    assert (pts.drop(("nf4", 0.3))["verdict"] == "equivalent").all()
+    assert "up to **0.601** is equivalent to `full`" in text
+    assert "the smallest beta x sd with a difference is **3**" in text and "`nf4` at algo.beta=0.3" in text
+    assert "margin error (its precision's zero line): 0.305 at beta 0.03, 0.305 at beta 0.3" in text
+    rho = [ln for ln in text.splitlines() if ln.startswith("- `reward_delta`: Spearman's rho")]
+    assert len(rho) == 1 and "over 4 points" in rho[0]
+    assert "- `kl_true`: no rank correlation over 4 points (too few, or every difference the same)." in text
+
+
+def test_reports_without_varying_beta_have_no_such_section(tmp_path):
+    root = _sweeps(tmp_path / "sweeps")
+    runs = load_runs(root / "beta0.3").runs
+    assert "cached" in set(runs["regime"])
+    res = _report(root / "beta0.3", "--out", tmp_path / "r")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "cheap reference safe" not in (tmp_path / "r" / "report.md").read_text()
+    assert not (tmp_path / "r" / "sensitivity.csv").exists()
+
+
+def test_an_unknown_regime_in_the_filter_is_one_line(tmp_path):
+    root = _sweeps(tmp_path / "sweeps")
+    res = _report(root / "beta0.03", "--out", tmp_path / "r", "--regimes", "full,emma")
+    assert res.returncode == 2 and not (tmp_path / "r").exists()
+    assert res.stderr.strip() == f"analysis: error: no runs of regime emma below {root / 'beta0.03'}"
+
+
+def test_reproduce_lines_archive_each_report_s_copies():
+    out = REPO / "reports" / "dpo_beta"
+    sweeps = [
+        {"path": str(out / "runs" / "report_beta"), "command": "python -m ablate -m +sweep=report_beta"},
+        {"path": str(REPO / "reports" / "dpo_regimes" / "runs" / "report_dpo"), "command": "python -m ablate -m x"},
+    ]
+    lines = reproduce_lines(sweeps, out)
+    assert lines[2:] == [
+        f"python -m analysis archive runs/sweeps/report_beta --out {out / 'runs'}",
+        f"python -m analysis archive runs/sweeps/report_dpo --out {REPO / 'reports' / 'dpo_regimes' / 'runs'}",
+    ]
