@@ -34,11 +34,20 @@ def table(name: str) -> list[tuple[str, str, float]]:
 
 FIDELITY = table("fidelity")
 BEHAVIOUR = table("behaviour")
+CONSUMED = table("consumed")
+SECTIONS = (
+    ("fidelity and cost of each reference", FIDELITY),
+    ("what training consumed from its reference, against the full reference (end of training)", CONSUMED),
+    ("behaviour", BEHAVIOUR),
+)
 
 
 def cell(row: pd.Series, col: str, scale: float = 1.0) -> str:
     """``mean [lo, hi]`` over seeds; ``n/a`` with no data; the mean alone with one seed."""
     mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
+    if schema.metric(col).unit == "cosine" and math.isfinite(mean):  # 0.9997 and 0.9765 differ: 4 decimals
+        width = math.isfinite(lo) and math.isfinite(hi) and hi - lo > 1e-12
+        return f"{mean:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if width else "")
     return span(mean, lo, hi)
 
 
@@ -215,11 +224,21 @@ def write_report(
 
     for cond, a in agg.groupby("condition", sort=False):
         lines += condition_sections(cond, own, eq, cfg)
-        for heading, columns in (("fidelity and cost of each reference", FIDELITY), ("behaviour", BEHAVIOUR)):
+        for heading, columns in SECTIONS:
+            columns = [c for c in columns if a.get(f"{c[0]}_mean", pd.Series(dtype=float)).notna().any()]
+            if not columns:  # nothing measured (a consumed-fidelity table of runs from before the audit)
+                continue
             rows = [
                 [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in columns] for _, r in a.iterrows()
             ]
             lines += [f"## {cond}: {heading}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
+        if dropped := [
+            h
+            for _, cols in SECTIONS
+            for c, h, _ in cols
+            if not a.get(f"{c}_mean", pd.Series(dtype=float)).notna().any()
+        ]:
+            lines += [f"Not measured in these runs, so left out of the tables: {', '.join(dropped)}.", ""]
         c = cmp[cmp["condition"] == cond] if len(cmp) else cmp
         if len(c):
             lines += [

@@ -211,6 +211,15 @@ METRICS: list[Metric] = [
 REPORT_TABLES: dict[str, tuple[str, ...]] = {
     "fidelity": ("kl_abs_err_step0", "kl_abs_err", "kl_true", "kl_approx", "ref_bytes", "ref_ms_per_step"),
     "behaviour": ("win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"),
+    # what the algorithm itself consumed from its reference, against the full reference (ablate.eval.fidelity)
+    "consumed": (
+        "margin_err_mean",
+        "margin_err_sd",
+        "margin_err_max",
+        "kl_penalty_err_mean",
+        "kl_penalty_err_sd",
+        "grad_cos",
+    ),
 }
 
 

@@ -25,6 +25,10 @@ def test_report_from_a_tiny_sweep(tiny_sweep, tmp_path):
     assert "python -m ablate -m " in text and f"python -m analysis report {tiny_sweep}" in text
     for needle in ("code the runs were made with: ", "torch 2.", "trl 1.", "hardware: cpu", "seeds 0, 1"):
         assert needle in text, needle
+    # what DPO consumed (margin error, gradient cosine) in its own table; GRPO's penalty error is not measured here
+    consumed = text.split("what training consumed from its reference")[1].split("## ")[0]
+    assert "| margin err. sd |" in consumed and "| grad. cosine |" in consumed and "penalty" not in consumed
+    assert "left out of the tables: penalty err., penalty err. sd." in text
     failed_rows = [ln for ln in text.splitlines() if ln.startswith("| failed |")]
     assert len(failed_rows) == 2  # listed, never dropped
     for fig in ("frontier", "kl_error", "pareto", "training", "drift"):
