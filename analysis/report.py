@@ -14,6 +14,7 @@ from ablate.tracking.run_dir import load_summary
 from analysis import figures
 from analysis.archive import reproduce_lines
 from analysis.bench_costs import cost_lines
+from analysis.conditions import section as conditions_section
 from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs
 from analysis.markdown import md_table, span
@@ -251,6 +252,7 @@ def write_report(
                 "",
             ]
 
+    lines += conditions_section(runs, prompts, cfg, out)
     if bench is not None:
         lines += cost_lines(bench, list(agg["regime"].drop_duplicates()))
     beta_lines, beta_fig = sensitivity_section(runs, eq, cfg, out)

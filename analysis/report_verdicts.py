@@ -48,19 +48,21 @@ def null_control_lines(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
     return ["## Null control", "", *null_control(eq, cfg), ""]
 
 
-def own_table(own: pd.DataFrame, cfg: ReportConfig) -> str:
-    """Each regime's own value of the verdict metrics with its 95% interval and the method."""
+def own_table(own: pd.DataFrame, cfg: ReportConfig, label: str = "regime") -> str:
+    """Each regime's own value of the verdict metrics with its 95% interval and the method (``label``: what the
+    rows are, for the first column's header)."""
     metrics = [m for m in cfg.metrics() if m in set(own["metric"])]
     rows = []
     for regime, g in own.groupby("regime", sort=False):
         g = g.set_index("metric")
         cells = [span(g.loc[m, "estimate"], g.loc[m, "lo"], g.loc[m, "hi"]) if m in g.index else "n/a" for m in metrics]
         rows.append([f"`{regime}`", *cells, str(g["method"].iloc[0])])
-    return md_table(["regime", *[f"{m} [95%]" for m in metrics], "interval"], rows)
+    return md_table([label, *[f"{m} [95%]" for m in metrics], "interval"], rows)
 
 
-def verdict_table(eq: pd.DataFrame, cfg: ReportConfig) -> str:
-    """One row per regime and metric: difference, its intervals, the margin and the verdict."""
+def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") -> str:
+    """One row per regime and metric: difference, its intervals, the margin and the verdict (``label``: what the
+    rows are)."""
     hi_pct, in_pct = 100 * (1 - cfg.alpha), 100 * (1 - 2 * cfg.alpha)
     rows = [
         [
@@ -76,9 +78,9 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig) -> str:
         for _, r in eq.iterrows()
     ]
     header = [
-        "regime",
+        label,
         "metric",
-        f"regime vs {cfg.baseline}",
+        f"{label} vs {cfg.baseline}",
         f"difference [{hi_pct:g}%]",
         f"{in_pct:g}% (TOST)",
         "margin",

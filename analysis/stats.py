@@ -29,7 +29,7 @@ ALPHA = 0.05
 #: units of quantities that cannot be negative
 POSITIVE_UNITS = ("nats per response", "nats per token", "bytes", "ms", "s", "perplexity", "tokens")
 #: keys in those units whose estimator can be negative
-SIGNED = ("kl_true_k1",)
+SIGNED = ("kl_true_k1", "kl_penalty_err_mean")
 METHOD_T = "t"
 METHOD_LOG_T = "geometric mean, t on the log scale"
 METHOD_ZERO = "arithmetic mean, percentile bootstrap over seeds (a value is 0: no log scale)"

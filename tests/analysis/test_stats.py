@@ -60,3 +60,13 @@ def test_identical_and_unpaired_regimes_are_not_tested():
     lone = runs[(runs["regime"] == "int8") & (runs["seed"] == 0)]
     cmp = paired_vs_baseline(pd.concat([runs[runs["regime"] == "full"], lone]), "kl_true").set_index("regime")
     assert cmp.loc["int8", "note"] == "n=1 paired seeds: no test"
+
+
+def test_a_metric_the_schema_calls_signed_never_gets_an_interval_for_positive_quantities():
+    """kl_penalty_err_mean (nats per token, a signed error) once got a log-scale interval: [1.6e-15, 12639]."""
+    from ablate.tracking import schema
+    from analysis.stats import is_positive
+
+    signed = [m.key for m in schema.summary_metrics() if "signed" in m.meaning or "can be negative" in m.meaning]
+    assert {"kl_true_k1", "kl_penalty_err_mean", "margin_err_mean"} <= set(signed)
+    assert [k for k in signed if is_positive(k) or is_positive(f"{k}_step0")] == []

@@ -1,5 +1,6 @@
-"""The report's beta-sensitivity section (``analysis/sensitivity.py``) on synthetic sweeps with known effects,
-and the report command's ``--regimes`` filter that lets one report read part of another's sweep."""
+"""The report's sections for sweeps that vary a setting, on synthetic sweeps with known effects: the baseline across
+conditions (``analysis/conditions.py``) and beta sensitivity (``analysis/sensitivity.py``); and the report
+command's ``--regimes`` filter that lets one report read part of another's sweep."""
 
 import subprocess
 import sys
@@ -23,6 +24,9 @@ POINTS = {
 }
 
 
+BASE = {0.03: 0.2, 0.3: 0.0}  # every regime at beta 0.03 gains 0.2 more reward: full's own change with beta
+
+
 def _sweeps(root):
     for (regime, beta), (sd, shift) in POINTS.items():
         for seed in (0, 1):
@@ -30,7 +34,7 @@ def _sweeps(root):
                 root / f"beta{beta}",
                 regime,
                 seed,
-                samples(seed, 12, shift=shift),
+                samples(seed, 12, shift=BASE[beta] + shift),
                 config={"algo": {"beta": beta}},
                 margin_err_sd=sd + 0.01 * seed,
             )
@@ -67,6 +71,12 @@ def test_the_section_orders_points_by_beta_times_sd_and_finds_the_first_differen
     assert "margin error (its precision's zero line): 0.305 at beta 0.03, 0.305 at beta 0.3" in text
     rho = [ln for ln in text.splitlines() if ln.startswith("- `reward_delta`: Spearman's rho")]
     assert len(rho) == 1 and "over 4 points" in rho[0]
+    # full itself across beta: 0.3 against 0.03 (the first of two with as many seeds), paired by seed and prompt
+    across = pd.read_csv(out / "conditions.csv").set_index("metric")
+    assert across.loc["reward_delta", "regime"] == "algo.beta=0.3"
+    assert across.loc["reward_delta", "diff"] == pytest.approx(-0.2)
+    assert across.loc["reward_delta", "verdict"] == "different" and across.loc["kl_true", "verdict"] == "equivalent"
+    assert "against **algo.beta=0.03** (the one with the most `full` seeds)" in text
     assert "- `kl_true`: no rank correlation over 4 points (too few, or every difference the same)." in text
 
 
@@ -76,8 +86,9 @@ def test_reports_without_varying_beta_have_no_such_section(tmp_path):
     assert "cached" in set(runs["regime"])
     res = _report(root / "beta0.3", "--out", tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "cheap reference safe" not in (tmp_path / "r" / "report.md").read_text()
-    assert not (tmp_path / "r" / "sensitivity.csv").exists()
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "cheap reference safe" not in text and "across conditions" not in text
+    assert not (tmp_path / "r" / "sensitivity.csv").exists() and not (tmp_path / "r" / "conditions.csv").exists()
 
 
 def test_an_unknown_regime_in_the_filter_is_one_line(tmp_path):

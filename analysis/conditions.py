@@ -1,0 +1,71 @@
+"""The baseline across conditions: does the setting itself (beta, the KL estimator, ...) change the result?
+
+The report's verdicts compare each regime with the baseline *within* a condition. When a sweep varies a setting,
+the first question is what that setting does to the exact reference itself (the DPO paper's reward-KL frontier moving
+with beta; GRPO's KL estimator and its placement). This section answers it with the same machinery: the baseline's
+runs, relabelled by condition, each compared with the *reference condition* (the one with the most baseline seeds;
+ties: the first in the report's order) by the same paired hierarchical bootstrap and the same verdict rule. The
+pairing holds because every condition evaluates the same prompts with the same coupled random streams per seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from analysis.equivalence import compare, regime_intervals
+from analysis.report_config import ReportConfig
+from analysis.report_verdicts import own_table, verdict_table
+
+
+def reference_condition(runs: pd.DataFrame, baseline: str) -> str | None:
+    """The condition whose baseline runs have the most seeds (first in order on a tie); None without two."""
+    done = runs[(runs["status"] == "finished") & (runs["regime"] == baseline)]
+    seeds = done.groupby("condition", sort=False)["seed"].nunique()
+    if len(seeds) < 2:
+        return None
+    return str(seeds.idxmax())
+
+
+def _relabelled(frame: pd.DataFrame, baseline: str, label: str) -> pd.DataFrame:
+    """The baseline's rows with their condition as the regime, all in one condition ``label``."""
+    f = frame[frame["regime"] == baseline].copy()
+    f["regime"] = f["condition"].astype(str)
+    f["condition"] = label
+    return f
+
+
+def across(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(each condition's own intervals, each against the reference condition's verdict rows, that condition) for
+    the baseline; empty frames when there are fewer than two conditions with baseline runs."""
+    ref = reference_condition(runs, cfg.baseline)
+    if ref is None:
+        return pd.DataFrame(), pd.DataFrame(), ""
+    label = f"{cfg.baseline} across conditions"
+    r, p = _relabelled(runs, cfg.baseline, label), _relabelled(prompts, cfg.baseline, label)
+    c = dataclasses.replace(cfg, baseline=ref)
+    return regime_intervals(r, p, c), compare(r, p, c), ref
+
+
+def section(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig, out) -> list[str]:
+    """The section's markdown lines (``[]`` with fewer than two conditions); writes ``conditions.csv``."""
+    own, eq, ref = across(runs, prompts, cfg)
+    if not len(own):
+        return []
+    if len(eq):
+        eq.to_csv(out / "conditions.csv", index=False)
+    ref_cfg = dataclasses.replace(cfg, baseline=ref)
+    lines = [
+        f"## `{cfg.baseline}` across conditions: what the setting itself does",
+        "",
+        f"`{cfg.baseline}` under each condition (its own values, 95% intervals), then each condition against "
+        f"**{ref}** (the one with the most `{cfg.baseline}` seeds), paired by seed and prompt, with the same margins "
+        "and verdict rule as the regimes (see `analysis/conditions.py`).",
+        "",
+        own_table(own, cfg, "condition"),
+        "",
+    ]
+    if len(eq):
+        lines += [verdict_table(eq, ref_cfg, "condition"), ""]
+    return lines
