@@ -323,14 +323,18 @@ class Evaluator:
         audit = Audit()
         texts: list[str] = []
         chunks: list[SampledBatch] = []
+        order: list[int] = []  # each audited row's place among the samples
         clock = _PhaseClock()
         try:
             for sampled in self._sample(policy, f"eval@{step}: sampling", k):
+                for c in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
+                    order += [len(texts) + i for i in c.index]
+                    chunks.append(c)
                 texts += sampled.texts
-                chunks += sampled.chunks(self.cfg.batch_size)  # the audit holds [rows, T, V] logits three times
             clock.lap("sampling")
             for sb in tqdm(chunks, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
                 self._audit_batch(policy, reference, sb, audit)
+            audit.reorder(order)  # chunks run shortest first: back to the samples' order
             clock.lap("KL audit")
             ppl = self.perplexity(policy)
             clock.lap("perplexity")

@@ -69,6 +69,18 @@ class Audit:
         ps["len"] += [float(x) for x in lengths]
         ps["truncated"] += [float(x) for x in truncated]
 
+    def reorder(self, order: list[int]) -> None:
+        """Put the per-sample values, added in audit order, back in the samples' order: ``order[j]`` is the place
+        of the j-th audited sample (the per-token log-probs only enter order-free statistics)."""
+        for key, values in self.per_sample.items():
+            if values:
+                if len(values) != len(order):
+                    raise ValueError(f"audit: {len(values)} values of {key} for {len(order)} samples")
+                placed = [0.0] * len(order)
+                for j, i in enumerate(order):
+                    placed[i] = values[j]
+                self.per_sample[key] = placed
+
     def metrics(self) -> dict[str, float]:
         """kl/*: means over the samples of the per-response sums, and the regime's per-token log-prob errors."""
         ps, reasons = self.per_sample, self.reasons

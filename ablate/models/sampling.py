@@ -42,20 +42,33 @@ class SampledBatch:
     batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers the response (to its EOS or the cut)
     lengths: list[int]  # response tokens, EOS included
     truncated: list[bool]  # the response reached max_new_tokens without an EOS or the stop rule's end
+    index: list[int] | None = None  # a chunk's rows' places in the batch it came from (:meth:`chunks`)
 
     def chunks(self, rows: int) -> list[SampledBatch]:
-        """This batch as consecutive batches of at most ``rows`` rows (same columns: padding is kept)."""
+        """This batch as batches of at most ``rows`` rows for scoring: shortest first (tokens in use), each trimmed to
+        the columns its own rows use, so a chunk's forwards pay for its own padding, not for the longest row of the
+        whole batch (a third of the audit's positions at the default evaluation). ``index``: each chunk's rows'
+        places in this batch. Trimming leaves every row's tokens, and their relative positions, as they were."""
         b = self.batch
-        return [
-            SampledBatch(
-                self.prompts[i : i + rows],
-                self.texts[i : i + rows],
-                TokenBatch(b.input_ids[i : i + rows], b.attention_mask[i : i + rows], b.completion_mask[i : i + rows]),
-                self.lengths[i : i + rows],
-                self.truncated[i : i + rows],
+        used = b.attention_mask.bool()
+        order = sorted(range(len(self.texts)), key=lambda i: (int(used[i].sum()), i))
+        out = []
+        for start in range(0, len(order), rows):
+            idx = order[start : start + rows]
+            cols = used[idx].any(0).nonzero().flatten()
+            lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, used.shape[1])
+            part = TokenBatch(*(t[idx, lo:hi] for t in (b.input_ids, b.attention_mask, b.completion_mask)))
+            out.append(
+                SampledBatch(
+                    [self.prompts[i] for i in idx],
+                    [self.texts[i] for i in idx],
+                    part,
+                    [self.lengths[i] for i in idx],
+                    [self.truncated[i] for i in idx],
+                    idx,
+                )
             )
-            for i in range(0, len(self.texts), rows)
-        ]
+        return out
 
 
 def chat_prompt_texts(tokenizer, prompts: list[str]) -> list[str]:

@@ -112,6 +112,28 @@ def test_the_audit_runs_each_model_once_per_chunk_and_full_not_at_all(evaluator,
     assert torch.allclose(fused[mask].double(), read[mask], atol=1e-5)
 
 
+def test_each_samples_kl_is_its_own_though_the_audit_runs_shortest_first(evaluator, tiny_source, ref_ctx):
+    """The audit scores length-sorted, trimmed chunks; every per-sample figure must still land on its own sample:
+    recomputed here one response at a time, untrimmed, in float64."""
+    from ablate.models.logprobs import next_token_logits
+
+    policy = _moved(tiny_source)
+    res = evaluator.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=5)
+    batches = evaluator._sample(policy, "test", 1)
+    texts = [t for b in batches for t in b.texts]
+    assert [r["policy_response"] for r in res.samples] == texts
+    lengths = [n for b in batches for n in b.batch.attention_mask.sum(1).tolist()]
+    assert lengths != sorted(lengths)  # the shortest-first order is not the samples' order
+    want = []
+    for b in batches:
+        with torch.no_grad():
+            lp = torch.log_softmax(next_token_logits(policy, b.batch).double(), -1)
+            lq = torch.log_softmax(next_token_logits(evaluator.judge, b.batch).double(), -1)
+        want += ((lp.exp() * (lp - lq)).sum(-1) * b.batch.target_mask).sum(1).tolist()
+    assert [r["kl_true"] for r in res.samples] == pytest.approx(want, rel=1e-6, abs=1e-9)
+    assert len(set(round(w, 6) for w in want)) == len(want)  # distinct values: a permutation would show
+
+
 def test_sft_baseline_is_sampled_once(evaluator):
     a = evaluator.sft_baseline()
     assert evaluator.sft_baseline() is a

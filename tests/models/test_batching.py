@@ -52,11 +52,22 @@ def test_memory_sized_sampling_takes_every_prompt_in_one_call_when_they_fit(tiny
     assert [t for b in by_two for t in b.texts] == batches[0].texts  # coupled: the rows do not change the draws
 
 
-def test_chunks_split_a_sampled_batch_into_its_rows(tiny_model, tokenizer):
-    (sb,) = sample(tiny_model, tokenizer, PROMPTS, max_new_tokens=4, temperature=1.0, batch_size=None, seed=0)
+def test_chunks_split_a_sampled_batch_into_its_rows_shortest_first_each_trimmed_to_its_own_columns(
+    tiny_model, tokenizer
+):
+    (sb,) = sample(tiny_model, tokenizer, PROMPTS, max_new_tokens=6, temperature=1.0, batch_size=None, seed=0)
     parts = sb.chunks(2)
     assert [len(p.texts) for p in parts] == [2, 2, 1]
-    assert [t for p in parts for t in p.texts] == sb.texts
-    assert [n for p in parts for n in p.lengths] == sb.lengths
-    for name in ("input_ids", "attention_mask", "completion_mask"):
-        assert torch.equal(torch.cat([getattr(p.batch, name) for p in parts]), getattr(sb.batch, name))
+    assert sorted(i for p in parts for i in p.index) == list(range(len(PROMPTS)))
+    used = [int(sb.batch.attention_mask[i].sum()) for p in parts for i in p.index]
+    assert used == sorted(used)  # shortest first
+    for p in parts:
+        assert [sb.texts[i] for i in p.index] == p.texts and [sb.lengths[i] for i in p.index] == p.lengths
+        assert p.batch.attention_mask.bool().any(0).all()  # no column that every row pads
+        for row, i in enumerate(p.index):  # each row's tokens, masks and relative positions as they were
+            for name in ("input_ids", "completion_mask"):
+                keep = sb.batch.attention_mask[i].bool()
+                assert torch.equal(
+                    getattr(p.batch, name)[row][p.batch.attention_mask[row].bool()], getattr(sb.batch, name)[i][keep]
+                )
+    assert sum(p.batch.input_ids.numel() for p in parts) < sb.batch.input_ids.numel()
