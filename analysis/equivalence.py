@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import bootstrap
+from analysis.markdown import bracket, num
 from analysis.report_config import ReportConfig
 from analysis.samples import PER_PROMPT, by_seed, groups, paired_differences
 from analysis.stats import is_positive, positive_interval, t_interval
@@ -196,12 +197,18 @@ def null_control(cmp: pd.DataFrame, cfg: ReportConfig) -> list[str]:
         ]
     lines = []
     for cond, g in rows.groupby("condition", sort=False):
+        floor = ", ".join(f"`{r['metric']}` {num(r['diff'])} {bracket(r['lo'], r['hi'])}" for _, r in g.iterrows())
+        floor = (
+            f"  - the noise floor ({cond}): `{name}` - `{cfg.baseline}`, what a change that should do nothing "
+            f"does to each verdict metric (95% intervals): {floor}."
+        )
         bad = g[g["verdict"] != EQUIVALENT]
         if not len(bad):
             lines.append(
                 f"- Null control ({cond}): `{name}` came out **equivalent** to `{cfg.baseline}` on "
                 f"{', '.join(f'`{m}`' for m in g['metric'])}, as it must."
             )
+            lines.append(floor)
         else:
             which = ", ".join(f"`{r['metric']}` {r['verdict']}" for _, r in bad.iterrows())
             lines.append(
@@ -209,4 +216,5 @@ def null_control(cmp: pd.DataFrame, cfg: ReportConfig) -> list[str]:
                 f"({which}). It should be indistinguishable from the baseline: no other verdict of this report "
                 "should be trusted.**"
             )
+            lines.append(floor)
     return lines

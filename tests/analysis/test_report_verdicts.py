@@ -50,6 +50,8 @@ def test_null_control_that_is_not_equivalent_warns(tmp_path):
     (warning,) = [ln for ln in text.splitlines() if "WARNING" in ln]
     assert "the null control `cached` did NOT come out equivalent" in warning and "`reward_delta` different" in warning
     assert "no other verdict of this report should be trusted" in warning
+    (floor,) = [ln for ln in text.splitlines() if "the noise floor" in ln]  # the null control's own differences
+    assert "`cached` - `full`" in floor and "`reward_delta` 0.2 [0.2, 0.2]" in floor
 
 
 def test_failed_and_unfinished_runs_are_listed(tmp_path):
