@@ -17,7 +17,9 @@ import pandas as pd  # noqa: E402
 
 from ablate.tracking import schema  # noqa: E402
 
-REGIME_ORDER = ("full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none")
+REGIME_ORDER = (
+    "full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
+)  # fmt: skip
 MIB = 2**20
 # the logged curves the figures draw (metrics.jsonl and W&B names), from the metric schema
 KL_TRUE, KL_APPROX = schema.logged("kl_true"), schema.logged("kl_approx")
@@ -28,9 +30,10 @@ TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its los
 
 def regime_colors(regimes) -> dict[str, tuple]:
     """One colour per regime, in the canonical order (pass every regime of a report: same colour everywhere)."""
-    cmap = plt.get_cmap("tab10")
+    dark, light = plt.get_cmap("tab10"), plt.get_cmap("tab20")
+    palette = [dark(i) for i in range(10)] + [light(2 * i + 1) for i in range(10)]  # 20 distinct, tab10 first
     ordered = [r for r in REGIME_ORDER if r in set(regimes)] + sorted(set(regimes) - set(REGIME_ORDER))
-    return {r: cmap(i % 10) for i, r in enumerate(ordered)}
+    return {r: palette[i % len(palette)] for i, r in enumerate(ordered)}
 
 
 def ordered(regimes) -> list[str]:
@@ -137,7 +140,7 @@ def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path
         ax.set_yscale("log")
     ax.set_xlabel("true KL at the end (nats per response)")
     ax.set_ylabel("stand-in divergence KL(policy || regime ref) at the end")
-    ax.set_title("divergence from the stand-in vs from the full reference (one point per run)")
+    ax.set_title("stand-in divergence vs true KL\n(one point per run)", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
 
@@ -169,7 +172,10 @@ def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path
     ax.set_xticks(x, regs, rotation=30, ha="right")
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylabel("|stand-in div. - true KL| (nats per response)")
-    ax.set_title("stand-in divergence error by regime (pale: step 0, solid: end; mean over seeds)")
+    ax.set_title("stand-in divergence error by regime\n(pale: step 0, solid: end; mean over seeds)", fontsize=10)
+    top = max((float(done[c].astype(float).max()) for c in ("kl_abs_err_step0", "kl_abs_err") if c in done), default=0)
+    if math.isfinite(top) and top > 0:
+        ax.set_ylim(0, top * 3)  # room above the tallest bar and its error bar on the symlog scale
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
@@ -184,9 +190,37 @@ def _pareto_front(xs, ys) -> list[int]:
     return front
 
 
+#: the fidelity the Pareto figure weighs cost against, first that the runs measured: what the algorithm itself
+#: consumed (DPO's margins, GRPO/PPO's KL penalty), else the stand-in divergence's error
+FIDELITY_AXES = (
+    ("margin_err_sd", "sd of the reference margin error (nats): what DPO consumed"),
+    ("kl_penalty_err_sd", "sd of the KL penalty error (nats per token): what training consumed"),
+    ("kl_abs_err", "|stand-in div. - true KL| at the end (nats)"),
+)
+
+
+def fidelity_axis(agg: pd.DataFrame) -> tuple[str, str]:
+    """(column, label) of the first :data:`FIDELITY_AXES` entry measured for at least two regimes."""
+    for col, label in FIDELITY_AXES:
+        if f"{col}_mean" in agg and agg[f"{col}_mean"].notna().sum() >= 2:
+            return col, label
+    return FIDELITY_AXES[-1]
+
+
+def _labels(ax, xs, ys, names, log_y: bool) -> None:
+    """Each point's name beside it, nudged up where an earlier label sits close (same spot within ~10%)."""
+    placed: list[tuple[float, float]] = []
+    for x, y, name in zip(xs, ys, names):
+        ly = math.log10(y) if log_y and y > 0 else y
+        near = sum(1 for px, py in placed if abs(px - x) <= 0.06 * max(abs(x), 1.0) and abs(py - ly) < 0.15)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4 + 9 * near), fontsize=8)
+        placed.append((x, ly))
+
+
 def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
-    """Cost (reference bytes, reference time per step) against fidelity (|stand-in divergence - true KL| at the end)."""
-    a = agg[agg["kl_abs_err_mean"].notna()].reset_index(drop=True)
+    """Cost (reference bytes, reference time per step) against fidelity (:func:`fidelity_axis`)."""
+    col_y, label_y = fidelity_axis(agg)
+    a = agg[agg[f"{col_y}_mean"].notna()].reset_index(drop=True)
     colors = _colors(colors, a["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, col, scale, label in (
@@ -194,21 +228,21 @@ def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
         (axes[1], "ref_ms_per_step", 1.0, "reference time per training step (ms)"),
     ):
         xs = (a[f"{col}_mean"] / scale).to_numpy(dtype=float)
-        ys = a["kl_abs_err_mean"].to_numpy(dtype=float)
+        ys = a[f"{col_y}_mean"].to_numpy(dtype=float)
         for i, r in enumerate(a["regime"]):
             yerr = None
-            if np.isfinite(a.loc[i, "kl_abs_err_lo"]):
-                yerr = [[ys[i] - a.loc[i, "kl_abs_err_lo"]], [a.loc[i, "kl_abs_err_hi"] - ys[i]]]
+            if np.isfinite(a.loc[i, f"{col_y}_lo"]):
+                yerr = [[ys[i] - a.loc[i, f"{col_y}_lo"]], [a.loc[i, f"{col_y}_hi"] - ys[i]]]
                 yerr = np.clip(np.asarray(yerr, dtype=float), 0, None)
             ax.errorbar(xs[i], ys[i], yerr=yerr, fmt="o", color=colors[r], capsize=3)
-            ax.annotate(r, (xs[i], ys[i]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        _labels(ax, xs, ys, list(a["regime"]), log_y=True)
         front = _pareto_front(xs, ys)
         if len(front) > 1:
             ax.plot(xs[front], ys[front], color="black", lw=0.8, ls=":", label="Pareto front")
             ax.legend(fontsize=8)
         ax.set_yscale("symlog", linthresh=1e-3)
         ax.set_xlabel(label)
-        ax.set_ylabel("|stand-in div. - true KL| at the end (nats)")
+        ax.set_ylabel(label_y, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_title("memory vs fidelity (lower left is better)")
     axes[1].set_title("time vs fidelity (lower left is better)")

@@ -26,10 +26,12 @@ CAPTIONS = {
     "dashed line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
     "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| per regime at "
     "step 0 (pale) and at the end (solid): bars the mean over seeds, error bars the lowest to the highest seed.",
-    "pareto": "Cost against fidelity: reference memory and reference time per training step vs the KL error at "
-    "the end (points: geometric mean over seeds; error bars: its 95% interval, a t interval on the log scale "
-    "that never crosses zero; `summary.csv` names the method where a seed's value is 0). Regimes without a stand-in divergence (no reference, or no distribution for "
-    "fresh samples) are absent.",
+    "pareto": "Cost against fidelity: reference memory and reference time per training step (the sweep's own "
+    "times, from jobs that shared their cores: the cost section's bench figures are the ones to compare) vs the "
+    "fidelity of what training consumed from the reference (DPO: the sd of its margin error on the training pairs; "
+    "GRPO/PPO: the sd of the per-token KL penalty error; the stand-in divergence's error where neither was "
+    "measured: the y label names it). Points: geometric mean over seeds; error bars: its 95% interval, a t "
+    "interval on the log scale that never crosses zero. Regimes without that figure (no reference) are absent.",
     "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
     "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
     "sensitivity": SENSITIVITY,

@@ -129,3 +129,11 @@ def test_the_cost_section_comes_from_the_bench(tmp_path):
         main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "r2"), "--bench", str(tmp_path / "x.csv")])
         == 2
     )
+
+
+def test_every_registered_regime_gets_its_own_colour():
+    """11 regimes once shared tab10's 10 colours: trdpo_soft was drawn in full's blue."""
+    from ablate.refs import REGISTRY
+
+    colours = figures.regime_colors(list(REGISTRY) + ["ema(alpha=0.1)", "ema(alpha=0.5)"])
+    assert len(set(colours.values())) == len(colours) and colours["full"] == figures.plt.get_cmap("tab10")(0)
