@@ -24,6 +24,9 @@ def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatc
     argv = shlex.split(line)[3:]
     copy = tmp_path / "reports" / name
     shutil.copytree(committed / "runs", copy / "runs")
+    for arg in argv:  # run data of another report it reads too (the beta report reads report_dpo's beta-0.1 jobs)
+        if (REPO / arg).is_dir() and arg.startswith("reports/") and not (tmp_path / arg).exists():
+            shutil.copytree(REPO / arg, tmp_path / arg)
     if (committed / "notes.md").is_file():
         shutil.copy(committed / "notes.md", copy / "notes.md")
     if "--bench" in argv:  # the bench's CSV and the .md beside it (its code), where the command names them
