@@ -33,6 +33,11 @@ def test_presets_combine_and_the_command_line_wins():
     jobs = _job_overrides(["-m", "+sweep=regimes", "ref=full,none"])  # a command-line sweep replaces the grid's
     assert sorted(j[0] for j in jobs) == ["ref=full", "ref=none"]
     assert all("+sweep=regimes" in j for j in jobs)
+    # a preset's first seed alone (the report queue runs seed 0 of every report first): the same jobs, a third
+    first = _job_overrides(["-m", "+sweep=report_grpo_kl", "seed=0"])
+    every = _job_overrides(["-m", "+sweep=report_grpo_kl"])
+    assert len(first) == 9 and len(every) == 27
+    assert {frozenset(j) for j in first} == {frozenset(j) for j in every if "seed=0" in j}
 
 
 def test_a_preset_fixes_its_settings():
