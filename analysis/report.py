@@ -79,6 +79,11 @@ def latex_table(agg: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines)
 
 
+def _measured(agg: pd.DataFrame, col: str) -> bool:
+    """Whether any row of ``agg`` has a value of summary column ``col``."""
+    return f"{col}_mean" in agg and bool(agg[f"{col}_mean"].notna().any())
+
+
 def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
     rank = {r: i for i, r in enumerate(figures.REGIME_ORDER)}
     key = lambda r: rank.get(str(r).split("(")[0], 99)  # noqa: E731
@@ -226,19 +231,14 @@ def write_report(
     for cond, a in agg.groupby("condition", sort=False):
         lines += condition_sections(cond, own, eq, cfg)
         for heading, columns in SECTIONS:
-            columns = [c for c in columns if a.get(f"{c[0]}_mean", pd.Series(dtype=float)).notna().any()]
+            columns = [c for c in columns if _measured(a, c[0])]
             if not columns:  # nothing measured (a consumed-fidelity table of runs from before the audit)
                 continue
             rows = [
                 [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in columns] for _, r in a.iterrows()
             ]
             lines += [f"## {cond}: {heading}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
-        if dropped := [
-            h
-            for _, cols in SECTIONS
-            for c, h, _ in cols
-            if not a.get(f"{c}_mean", pd.Series(dtype=float)).notna().any()
-        ]:
+        if dropped := [h for _, cols in SECTIONS for c, h, _ in cols if not _measured(a, c)]:
             lines += [f"Not measured in these runs, so left out of the tables: {', '.join(dropped)}.", ""]
         c = cmp[cmp["condition"] == cond] if len(cmp) else cmp
         if len(c):
