@@ -22,6 +22,17 @@ def bench_commit(csv_path: Path) -> str:
     return found.group(1) if found else "not recorded"
 
 
+def bench_regime(label: str) -> str:
+    """The bench's row for a report's regime label (``ema(alpha=0.1)`` -> ``ema``: the bench measures defaults)."""
+    return label.split("(")[0]
+
+
+def step_ms(csv_path: Path) -> dict[str, float]:
+    """Reference milliseconds per DPO training step of each regime the bench measured."""
+    frame = pd.read_csv(csv_path).set_index("regime")
+    return {str(r): 1000.0 * float(v) for r, v in frame["step_s"].items()}
+
+
 def cost_lines(csv_path: Path, regimes: list[str]) -> list[str]:
     """A Markdown section: per regime of the report, the bench's bytes held (MiB; against the fp32 full reference
     and against a bf16 copy of it, 2 bytes per parameter), reference seconds per DPO step (and against full) and
@@ -33,7 +44,7 @@ def cost_lines(csv_path: Path, regimes: list[str]) -> list[str]:
     bf16 = full_bytes / 2  # the full reference is held in fp32: a bf16 copy is half of it
     rows = []
     for regime in regimes:
-        base = regime.split("(")[0]
+        base = bench_regime(regime)
         if base not in frame.index:
             rows.append([f"`{regime}`"] + ["not in the bench"] + [""] * 5)
             continue

@@ -208,39 +208,63 @@ def fidelity_axis(agg: pd.DataFrame) -> tuple[str, str]:
 
 
 def _labels(ax, xs, ys, names, log_y: bool) -> None:
-    """Each point's name beside it, nudged up where an earlier label sits close (same spot within ~10%)."""
-    placed: list[tuple[float, float]] = []
+    """Each point's name beside it, raised by whole lines until it overlaps no label placed before it (labels
+    measured in inches of the panel: 8-point text, about 0.075 inch a character, 9 points a line)."""
+    w_in = ax.get_position().width * ax.figure.get_figwidth()
+    h_in = ax.get_position().height * ax.figure.get_figheight()
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    if log_y:
+        y0, y1 = math.log10(max(y0, 1e-3)), math.log10(max(y1, 1e-3))
+    per_char = 0.075 * (x1 - x0) / w_in  # data units of x per character
+    line = 9 / 72 * (y1 - y0) / h_in  # data units of y per line of text
+    placed: list[tuple[float, float, float]] = []  # (x, y of the label, width)
     for x, y, name in zip(xs, ys, names):
         ly = math.log10(y) if log_y and y > 0 else y
-        near = sum(1 for px, py in placed if abs(px - x) <= 0.06 * max(abs(x), 1.0) and abs(py - ly) < 0.15)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4 + 9 * near), fontsize=8)
-        placed.append((x, ly))
+        width = per_char * len(name)
+        k = 0
+        while any(
+            abs(py - (ly + k * line)) < 0.9 * line and (px <= x < px + pw or x <= px < x + width)
+            for px, py, pw in placed
+        ):
+            k += 1
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4 + 9 * k), fontsize=8)
+        placed.append((x, ly + k * line, width))
 
 
-def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
-    """Cost (reference bytes, reference time per step) against fidelity (:func:`fidelity_axis`)."""
+#: the Pareto figure's time axis: the jobs' own reference time per step, or the bench's (``bench_ms_per_step``)
+JOB_TIME = ("ref_ms_per_step", "reference time per training step (ms), as each job measured it")
+BENCH_TIME = ("bench_ms_per_step", "reference time per DPO step (ms), from the bench")
+
+
+def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None, time: tuple[str, str] = JOB_TIME) -> Path:
+    """Cost (reference bytes, reference time per step: ``time``'s column and label) against fidelity
+    (:func:`fidelity_axis`). A regime without a time (not in the bench) is left out of the time panel only."""
     col_y, label_y = fidelity_axis(agg)
     a = agg[agg[f"{col_y}_mean"].notna()].reset_index(drop=True)
     colors = _colors(colors, a["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, col, scale, label in (
         (axes[0], "ref_bytes", MIB, "reference memory held (MiB)"),
-        (axes[1], "ref_ms_per_step", 1.0, "reference time per training step (ms)"),
+        (axes[1], time[0], 1.0, time[1]),
     ):
         xs = (a[f"{col}_mean"] / scale).to_numpy(dtype=float)
         ys = a[f"{col_y}_mean"].to_numpy(dtype=float)
         for i, r in enumerate(a["regime"]):
+            if not np.isfinite(xs[i]):
+                continue
             yerr = None
             if np.isfinite(a.loc[i, f"{col_y}_lo"]):
                 yerr = [[ys[i] - a.loc[i, f"{col_y}_lo"]], [a.loc[i, f"{col_y}_hi"] - ys[i]]]
                 yerr = np.clip(np.asarray(yerr, dtype=float), 0, None)
             ax.errorbar(xs[i], ys[i], yerr=yerr, fmt="o", color=colors[r], capsize=3)
-        _labels(ax, xs, ys, list(a["regime"]), log_y=True)
         front = _pareto_front(xs, ys)
         if len(front) > 1:
             ax.plot(xs[front], ys[front], color="black", lw=0.8, ls=":", label="Pareto front")
             ax.legend(fontsize=8)
         ax.set_yscale("symlog", linthresh=1e-3)
+        shown = np.isfinite(xs)
+        _labels(ax, xs[shown], ys[shown], list(a["regime"][shown]), log_y=True)
         ax.set_xlabel(label)
         ax.set_ylabel(label_y, fontsize=9)
         ax.grid(alpha=0.3)

@@ -43,6 +43,16 @@ SECTIONS = (
 )
 
 
+#: the jobs' own reference time per step: a timing only where the jobs had like machines to themselves
+JOB_TIME = "ref_ms_per_step"
+JOB_TIME_NOTE = {
+    False: "`ref. ms/step`: each job's own wall time inside its reference per training step: comparable across "
+    "regimes only when the jobs ran alone on like machines (this report was given no bench).",
+    True: "Reference time per step: the bench's, in the cost section. The jobs' own (`ref_ms_per_step` in "
+    "`summary.csv`) are left out here: the jobs shared their cores, and a paused job counts its pause.",
+}
+
+
 def cell(row: pd.Series, col: str, scale: float = 1.0) -> str:
     """``mean [lo, hi]`` over seeds; ``n/a`` with no data; the mean alone with one seed."""
     mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
@@ -195,7 +205,7 @@ def write_report(
     )
     if len(cmp):
         cmp.to_csv(out / "comparisons.csv", index=False)
-    figs = make_figures(data, agg, eq, out, cfg)
+    figs = make_figures(data, agg, eq, out, cfg, bench)
 
     prov = provenance(runs, list(runs["path"]))
     seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
@@ -231,13 +241,16 @@ def write_report(
     for cond, a in agg.groupby("condition", sort=False):
         lines += condition_sections(cond, own, eq, cfg)
         for heading, columns in SECTIONS:
-            columns = [c for c in columns if _measured(a, c[0])]
+            timed = any(c == JOB_TIME for c, _, _ in columns) and _measured(a, JOB_TIME)
+            columns = [c for c in columns if _measured(a, c[0]) and not (bench is not None and c[0] == JOB_TIME)]
             if not columns:  # nothing measured (a consumed-fidelity table of runs from before the audit)
                 continue
             rows = [
                 [f"`{r['regime']}`", str(r["n_runs"])] + [cell(r, c, s) for c, _, s in columns] for _, r in a.iterrows()
             ]
             lines += [f"## {cond}: {heading}", "", md_table(["regime", "n"] + [h for _, h, _ in columns], rows), ""]
+            if timed:
+                lines += [JOB_TIME_NOTE[bench is not None], ""]
         if dropped := [h for _, cols in SECTIONS for c, h, _ in cols if not _measured(a, c)]:
             lines += [f"Not measured in these runs, so left out of the tables: {', '.join(dropped)}.", ""]
         c = cmp[cmp["condition"] == cond] if len(cmp) else cmp
@@ -259,7 +272,7 @@ def write_report(
     lines += beta_lines
     if beta_fig is not None:
         figs["sensitivity"] = beta_fig
-    lines += figure_lines(figs, out)
+    lines += figure_lines(figs, out, bench=bench is not None)
     lines += ["## What the numbers show", ""]
     found = verdict_findings(eq, cfg) + findings(agg, baseline)
     lines += [f"- {f}" for f in found] or ["- (no comparisons: no baseline runs)"]

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import figures
+from analysis.bench_costs import bench_regime, step_ms
 from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.load import Runs
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
 
+FIDELITY = (
+    "fidelity of what training consumed from the reference (DPO: the sd of its margin error on the training pairs; "
+    "GRPO/PPO: the sd of the per-token KL penalty error; the stand-in divergence's error where neither was "
+    "measured: the y label names it). Points: geometric mean over seeds; error bars: its 95% interval, a t "
+    "interval on the log scale that never crosses zero. Regimes without that figure (no reference) are absent."
+)
+#: the Pareto caption when the report has a bench: its time axis is the bench's, not the jobs'
+PARETO_BENCH = (
+    "Cost against fidelity: reference memory held (each run's) and reference time per DPO training step from the "
+    "bench (the cost section's: side by side in one process; the jobs' own times shared their cores, and a paused "
+    "job counts its pause; a regime the bench did not measure is left out of that panel) vs the " + FIDELITY
+)
 SEEDS = "Lines and points: mean over seeds; shaded bands and error bars: the lowest to the highest seed."
 CAPTIONS = {
     "equivalence": "Each regime's difference from the baseline on every verdict metric: marker at the estimate "
@@ -26,12 +40,8 @@ CAPTIONS = {
     "dashed line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
     "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| per regime at "
     "step 0 (pale) and at the end (solid): bars the mean over seeds, error bars the lowest to the highest seed.",
-    "pareto": "Cost against fidelity: reference memory and reference time per training step (the sweep's own "
-    "times, from jobs that shared their cores: the cost section's bench figures are the ones to compare) vs the "
-    "fidelity of what training consumed from the reference (DPO: the sd of its margin error on the training pairs; "
-    "GRPO/PPO: the sd of the per-token KL penalty error; the stand-in divergence's error where neither was "
-    "measured: the y label names it). Points: geometric mean over seeds; error bars: its 95% interval, a t "
-    "interval on the log scale that never crosses zero. Regimes without that figure (no reference) are absent.",
+    "pareto": "Cost against fidelity: reference memory and reference time per training step (each job's own "
+    "wall time: comparable across regimes only when the jobs had like machines to themselves) vs the " + FIDELITY,
     "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
     "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
     "sensitivity": SENSITIVITY,
@@ -45,10 +55,15 @@ def _labelled(frame: pd.DataFrame, by_condition: bool) -> pd.DataFrame:
     return frame.assign(regime=frame["condition"] + " | " + frame["regime"])
 
 
-def make_figures(data: Runs, agg: pd.DataFrame, eq: pd.DataFrame, out: Path, cfg: ReportConfig) -> dict[str, Path]:
+def make_figures(
+    data: Runs, agg: pd.DataFrame, eq: pd.DataFrame, out: Path, cfg: ReportConfig, bench: Path | None = None
+) -> dict[str, Path]:
     """Every figure the data allow, name -> PNG path; each regime (per condition when there are several)
-    keeps one colour in all of them."""
+    keeps one colour in all of them. ``bench``: the bench's CSV, whose reference times the Pareto figure then uses."""
     runs = data.runs
+    if bench is not None:
+        ms = step_ms(bench)
+        agg = agg.assign(bench_ms_per_step_mean=[ms.get(bench_regime(str(r)), math.nan) for r in agg["regime"]])
     several = runs["condition"].nunique() > 1  # then one line per condition and regime
     curves, fig_runs, fig_agg = (_labelled(f, several) for f in (data.curves, runs, agg))
     colors = figures.regime_colors(report_labels(data))
@@ -62,7 +77,8 @@ def make_figures(data: Runs, agg: pd.DataFrame, eq: pd.DataFrame, out: Path, cfg
         figs["drift"] = figures.drift(curves, d / "drift.png", colors)
     figs["kl_error"] = figures.kl_error(fig_runs, d / "kl_error.png", colors)
     if len(agg):
-        figs["pareto"] = figures.pareto(fig_agg, d / "pareto.png", colors)
+        time = figures.BENCH_TIME if bench is not None else figures.JOB_TIME
+        figs["pareto"] = figures.pareto(fig_agg, d / "pareto.png", colors, time=time)
     return figs
 
 
@@ -72,9 +88,10 @@ def report_labels(data: Runs) -> list[str]:
     return sorted(set(_labelled(runs, runs["condition"].nunique() > 1)["regime"].astype(str)))
 
 
-def figure_lines(figs: dict[str, Path], out: Path) -> list[str]:
-    """Each figure with its caption under it."""
+def figure_lines(figs: dict[str, Path], out: Path, bench: bool = False) -> list[str]:
+    """Each figure with its caption under it (``bench``: the Pareto figure's times are the bench's)."""
     lines = ["## Figures", ""]
     for name, path in figs.items():
-        lines += [f"![{name}]({path.relative_to(out)})", "", f"*Figure ({name}).* {CAPTIONS[name]}", ""]
+        caption = PARETO_BENCH if name == "pareto" and bench else CAPTIONS[name]
+        lines += [f"![{name}]({path.relative_to(out)})", "", f"*Figure ({name}).* {caption}", ""]
     return lines

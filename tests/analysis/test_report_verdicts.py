@@ -125,6 +125,13 @@ def test_the_cost_section_comes_from_the_bench(tmp_path):
     assert "| `int8` | 410.0 | 0.41 | 0.82 | 1.9 | 1.9 | 0.25 |" in section
     assert "| `full` | 1,000 | 1 | 2 | 1 | 1 | 0.05 |" in section
     assert "| `cached` | 0 | 0 | 0 |" in section
+    # the jobs' own reference times (shared cores, pauses counted) give way to the bench's in the tables and figure
+    fidelity = text.split("## all runs: fidelity and cost of each reference")[1].split("\n## ")[0]
+    assert "ref. ms/step" not in fidelity and "Reference time per step: the bench's" in fidelity
+    assert "reference time per DPO training step from the bench" in text.split("*Figure (pareto).*")[1]
+    plain, _ = _report(tmp_path / "no_bench")
+    fidelity = plain.split("## all runs: fidelity and cost of each reference")[1].split("\n## ")[0]
+    assert "| ref. ms/step |" in fidelity and "each job's own wall time" in fidelity
     assert (
         main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "r2"), "--bench", str(tmp_path / "x.csv")])
         == 2
@@ -137,3 +144,23 @@ def test_every_registered_regime_gets_its_own_colour():
 
     colours = figures.regime_colors(list(REGISTRY) + ["ema(alpha=0.1)", "ema(alpha=0.5)"])
     assert len(set(colours.values())) == len(colours) and colours["full"] == figures.plt.get_cmap("tab10")(0)
+
+
+def test_the_pareto_time_panel_reads_the_time_it_is_given(monkeypatch, tmp_path):
+    """With a bench, the time axis is the bench's per regime; a regime the bench lacks leaves that panel only."""
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    agg = pd.DataFrame(
+        {
+            "regime": ["full", "int8", "mine"],
+            "ref_bytes_mean": [100.0 * 2**20, 40.0 * 2**20, 10.0 * 2**20],
+            "ref_ms_per_step_mean": [9e6, 9e6, 9e6],  # the jobs' own: not drawn when the bench's are asked for
+            "bench_ms_per_step_mean": [1000.0, 1900.0, float("nan")],
+            **{f"margin_err_sd_{k}": [0.3, 2.0, 5.0] for k in ("mean", "lo", "hi")},
+        }
+    )
+    figures.pareto(agg, tmp_path / "p.png", time=figures.BENCH_TIME)
+    memory, time = drawn["fig"].axes
+    xs = lambda ax: sorted(float(c.lines[0].get_xdata()[0]) for c in ax.containers)  # noqa: E731  (one per point)
+    assert xs(memory) == [10.0, 40.0, 100.0] and xs(time) == [1000.0, 1900.0]
+    assert time.get_xlabel() == figures.BENCH_TIME[1] and [t.get_text() for t in time.texts] == ["full", "int8"]
