@@ -119,6 +119,20 @@ def provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     return {"commits": commits, "versions": versions, "hardware": hardware}
 
 
+def compute_line(runs: pd.DataFrame) -> str:
+    """The report's compute: the finished jobs' wall time in all and a job's median (wall time, so it counts
+    whatever shared the machine and any pause of a job: an upper bound on the compute itself)."""
+    wall = pd.to_numeric(runs.loc[runs["status"] == "finished"].get("wall_s", pd.Series(dtype=float)), errors="coerce")
+    wall = wall.dropna()
+    if wall.empty:
+        return "- compute: not recorded"
+    return (
+        f"- compute: {len(wall)} finished jobs, {wall.sum() / 3600:.1f} h of job wall time in all, "
+        f"{wall.median() / 60:.0f} min a job (median); wall time counts whatever shared the machine and any pause of "
+        "a job, so it bounds the compute from above"
+    )
+
+
 def findings(agg: pd.DataFrame, baseline: str) -> list[str]:
     """Plain statements on the stand-in divergence, each with its n (the verdicts have their own)."""
     out = []
@@ -227,6 +241,7 @@ def write_report(
         f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}",
         "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
         "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
+        compute_line(runs),
         "- KL in nats per response. `stand-in div.` is the exact KL from the policy to the regime's own reference "
         "on the policy's fresh evaluation samples; the *true KL* is the same against the full reference. For DPO "
         "the stand-in divergence is not a quantity training used (DPO consumes only sequence log-probs of its "

@@ -164,3 +164,14 @@ def test_the_pareto_time_panel_reads_the_time_it_is_given(monkeypatch, tmp_path)
     xs = lambda ax: sorted(float(c.lines[0].get_xdata()[0]) for c in ax.containers)  # noqa: E731  (one per point)
     assert xs(memory) == [10.0, 40.0, 100.0] and xs(time) == [1000.0, 1900.0]
     assert time.get_xlabel() == figures.BENCH_TIME[1] and [t.get_text() for t in time.texts] == ["full", "int8"]
+
+
+def test_the_report_states_its_compute():
+    """Item 6 of the reports issue: wall time in all and per job, from the finished jobs' summaries."""
+    from analysis.report import compute_line
+
+    runs = pd.DataFrame({"status": ["finished", "finished", "finished", "failed"], "wall_s": [1200, 1800, 4200, 60]})
+    line = compute_line(runs)
+    assert line.startswith("- compute: 3 finished jobs, 2.0 h of job wall time in all, 30 min a job (median)")
+    assert "any pause" in line
+    assert compute_line(runs.assign(wall_s=float("nan"))) == "- compute: not recorded"
