@@ -42,7 +42,7 @@ def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | Non
         ax.set_xlabel(f"{metric}: regime - {baseline}")
         ax.set_title(metric)
         ax.grid(alpha=0.3, axis="x")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(
         f"difference from {baseline} (thin: 95% interval, thick: 90%; marker: o equivalent, s different, "
         "D inconclusive)",
