@@ -24,7 +24,8 @@ FIDELITY = (
 PARETO_BENCH = (
     "Cost against fidelity: reference memory held (each run's) and reference time per DPO training step from the "
     "bench (the cost section's: side by side in one process; the jobs' own times shared their cores, and a paused "
-    "job counts its pause; a regime the bench did not measure is left out of that panel) vs the " + FIDELITY
+    "job counts its pause; a regime the bench did not measure, or a cache whose runs missed it (the bench times hits), is "
+    "left out of that panel) vs the " + FIDELITY
 )
 SEEDS = "Lines and points: mean over seeds; shaded bands and error bars: the lowest to the highest seed."
 CAPTIONS = {
@@ -61,9 +62,16 @@ def make_figures(
     """Every figure the data allow, name -> PNG path; each regime (per condition when there are several)
     keeps one colour in all of them. ``bench``: the bench's CSV, whose reference times the Pareto figure then uses."""
     runs = data.runs
-    if bench is not None:
+    if bench is not None:  # the bench times a cache's hits only: a regime whose runs missed it gets no bench time
         ms = step_ms(bench)
-        agg = agg.assign(bench_ms_per_step_mean=[ms.get(bench_regime(str(r)), math.nan) for r in agg["regime"]])
+        missed = runs[pd.to_numeric(runs.get("ref_misses", pd.Series(0, index=runs.index)), errors="coerce") > 0]
+        missed = set(zip(missed["condition"], missed["regime"]))
+        agg = agg.assign(
+            bench_ms_per_step_mean=[
+                math.nan if (c, r) in missed else ms.get(bench_regime(str(r)), math.nan)
+                for c, r in zip(agg["condition"], agg["regime"])
+            ]
+        )
     several = runs["condition"].nunique() > 1  # then one line per condition and regime
     curves, fig_runs, fig_agg = (_labelled(f, several) for f in (data.curves, runs, agg))
     colors = figures.regime_colors(report_labels(data))

@@ -175,3 +175,23 @@ def test_the_report_states_its_compute():
     assert line.startswith("- compute: 3 finished jobs, 2.0 h of job wall time in all, 30 min a job (median)")
     assert "any pause" in line
     assert compute_line(runs.assign(wall_s=float("nan"))) == "- compute: not recorded"
+
+
+def test_a_cache_that_missed_gets_no_bench_time(monkeypatch, tmp_path):
+    """The bench times a cache's hits; `cached` whose runs missed (GRPO's null control scores every fresh sample
+    with a full copy) is not drawn at the bench's near-zero time."""
+    from analysis import report_figures
+
+    root = tmp_path / "sweep"
+    for seed in (0, 1):
+        write_run(root, "full", seed, samples(seed, 8))
+        write_run(root, "cached", seed, samples(seed, 8), ref_misses=40.0)
+    bench = tmp_path / "bench.csv"
+    bench.write_text("regime,setup_s,bytes_held,step_s\nfull,0.05,1048576000,1.0\ncached,2.0,0,0.001\n")
+    seen = {}
+    monkeypatch.setattr(figures, "pareto", lambda agg, path, colors, time: seen.setdefault("agg", agg) is None or path)
+    data = load_runs(root)
+    agg = pd.DataFrame({"condition": ["all runs"] * 2, "regime": ["full", "cached"]})
+    report_figures.make_figures(data, agg, pd.DataFrame(), tmp_path / "out", report_figures.ReportConfig(), bench)
+    times = dict(zip(seen["agg"]["regime"], seen["agg"]["bench_ms_per_step_mean"]))
+    assert times["full"] == 1000.0 and pd.isna(times["cached"])
