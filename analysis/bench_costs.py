@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.load import base_regime
 from analysis.markdown import md_table, num
 
 MIB = 2**20
@@ -20,11 +21,6 @@ def bench_commit(csv_path: Path) -> str:
     md = csv_path.with_suffix(".md")
     found = re.search(r"\bCode ([0-9a-f]{7,40})\b", md.read_text()) if md.is_file() else None
     return found.group(1) if found else "not recorded"
-
-
-def bench_regime(label: str) -> str:
-    """The bench's row for a report's regime label (``ema(alpha=0.1)`` -> ``ema``: the bench measures defaults)."""
-    return label.split("(")[0]
 
 
 def step_ms(csv_path: Path) -> dict[str, float]:
@@ -44,7 +40,7 @@ def cost_lines(csv_path: Path, regimes: list[str]) -> list[str]:
     bf16 = full_bytes / 2  # the full reference is held in fp32: a bf16 copy is half of it
     rows = []
     for regime in regimes:
-        base = bench_regime(regime)
+        base = base_regime(regime)  # the bench measures each regime's defaults
         if base not in frame.index:
             rows.append([f"`{regime}`"] + ["not in the bench"] + [""] * 5)
             continue

@@ -150,6 +150,11 @@ def _minimal(frame: pd.DataFrame, cols: list[str]) -> list[str]:
     return kept
 
 
+def base_regime(label: str) -> str:
+    """The reference's name in a regime label :func:`label_conditions` made (``ema(alpha=0.1)`` -> ``ema``)."""
+    return str(label).split("(")[0]
+
+
 def label_conditions(runs: pd.DataFrame) -> None:
     """``condition``: the settings, other than the reference and the seed, that vary across the runs
     (regimes are compared with the baseline within one condition); ``regime`` becomes the reference's

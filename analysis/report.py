@@ -16,7 +16,7 @@ from analysis.archive import reproduce_lines
 from analysis.bench_costs import cost_lines
 from analysis.conditions import section as conditions_section
 from analysis.equivalence import compare, regime_intervals
-from analysis.load import Runs
+from analysis.load import Runs, base_regime
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
 from analysis.report_config import ReportConfig
@@ -43,8 +43,9 @@ SECTIONS = (
 )
 
 
-#: the jobs' own reference time per step: a timing only where the jobs had like machines to themselves
-JOB_TIME = "ref_ms_per_step"
+#: the jobs' own reference time per step (figures.JOB_TIME's column): a timing only where the jobs had like machines
+#: to themselves
+JOB_TIME_COLUMN = figures.JOB_TIME[0]
 JOB_TIME_NOTE = {
     False: "`ref. ms/step`: each job's own wall time inside its reference per training step: comparable across "
     "regimes only when the jobs ran alone on like machines (this report was given no bench).",
@@ -96,7 +97,7 @@ def _measured(agg: pd.DataFrame, col: str) -> bool:
 
 def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
     rank = {r: i for i, r in enumerate(figures.REGIME_ORDER)}
-    key = lambda r: rank.get(str(r).split("(")[0], 99)  # noqa: E731
+    key = lambda r: rank.get(base_regime(r), 99)  # noqa: E731
     return (
         agg.assign(_o=agg["regime"].map(key))
         .sort_values(["condition", "_o", "regime"], kind="stable")
@@ -256,8 +257,8 @@ def write_report(
     for cond, a in agg.groupby("condition", sort=False):
         lines += condition_sections(cond, own, eq, cfg)
         for heading, columns in SECTIONS:
-            timed = any(c == JOB_TIME for c, _, _ in columns) and _measured(a, JOB_TIME)
-            columns = [c for c in columns if _measured(a, c[0]) and not (bench is not None and c[0] == JOB_TIME)]
+            timed = any(c == JOB_TIME_COLUMN for c, _, _ in columns) and _measured(a, JOB_TIME_COLUMN)
+            columns = [c for c in columns if _measured(a, c[0]) and not (bench is not None and c[0] == JOB_TIME_COLUMN)]
             if not columns:  # nothing measured (a consumed-fidelity table of runs from before the audit)
                 continue
             rows = [

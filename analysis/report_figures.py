@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import figures
-from analysis.bench_costs import bench_regime, step_ms
+from analysis.bench_costs import step_ms
 from analysis.figures_equivalence import equivalence as equivalence_figure
-from analysis.load import Runs
+from analysis.load import Runs, base_regime
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
 
@@ -68,7 +68,7 @@ def make_figures(
         missed = set(zip(missed["condition"], missed["regime"]))
         agg = agg.assign(
             bench_ms_per_step_mean=[
-                math.nan if (c, r) in missed else ms.get(bench_regime(str(r)), math.nan)
+                math.nan if (c, r) in missed else ms.get(base_regime(r), math.nan)
                 for c, r in zip(agg["condition"], agg["regime"])
             ]
         )

@@ -149,7 +149,12 @@ def test_every_registered_regime_gets_its_own_colour():
 def test_the_pareto_time_panel_reads_the_time_it_is_given(monkeypatch, tmp_path):
     """With a bench, the time axis is the bench's per regime; a regime the bench lacks leaves that panel only."""
     drawn = {}
-    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+
+    def keep(fig, path):  # the figure itself, instead of its PNG
+        drawn["fig"] = fig
+        return path
+
+    monkeypatch.setattr(figures, "_save", keep)
     agg = pd.DataFrame(
         {
             "regime": ["full", "int8", "mine"],
@@ -189,7 +194,12 @@ def test_a_cache_that_missed_gets_no_bench_time(monkeypatch, tmp_path):
     bench = tmp_path / "bench.csv"
     bench.write_text("regime,setup_s,bytes_held,step_s\nfull,0.05,1048576000,1.0\ncached,2.0,0,0.001\n")
     seen = {}
-    monkeypatch.setattr(figures, "pareto", lambda agg, path, colors, time: seen.setdefault("agg", agg) is None or path)
+
+    def keep(agg, path, colors, time):  # what the Pareto figure is handed
+        seen["agg"] = agg
+        return path
+
+    monkeypatch.setattr(figures, "pareto", keep)
     data = load_runs(root)
     agg = pd.DataFrame({"condition": ["all runs"] * 2, "regime": ["full", "cached"]})
     report_figures.make_figures(data, agg, pd.DataFrame(), tmp_path / "out", report_figures.ReportConfig(), bench)
