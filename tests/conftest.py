@@ -11,6 +11,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Under pytest-xdist (`.ci/run` runs two workers on the CI's two cores) each worker, and every job a test starts, gets
+# one torch thread: two processes with a thread per core each spin their OpenMP threads against each other and run
+# several times slower than one after the other. Set before anything imports torch, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+# With `--dist loadfile` each test file runs on one worker (a module-scoped fixture is built once), and so does each
+# folder here, whose files share a session fixture: the analysis tests' tiny sweep took 100 s a worker.
+SHARED_FIXTURE_FOLDERS = ("tests/analysis/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, but a folder in SHARED_FIXTURE_FOLDERS is one unit (pytest-xdist's own ``loadgroup``
+    reads groups into test ids the way pytest 9.2 no longer keeps them, and silently schedules test by test)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrSharedFolderScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in SHARED_FIXTURE_FOLDERS if path.startswith(folder)), path)
+
+    return FileOrSharedFolderScheduling(config, log)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_env(tmp_path_factory):
