@@ -6,6 +6,7 @@ python -m analysis report --wandb <entity/project> --group <group> --out reports
 python -m analysis report runs/sweeps/regimes --out reports/<name> --margin reward_delta=0.05 --margin kl_true=10%
 python -m analysis calibration runs/sweeps/calibrate_dpo [more folders] --out reports/<name>
 python -m analysis archive runs/sweeps/calibrate_dpo [more folders] --out reports/<name>/runs
+python -m analysis recheck reports/<name>/runs/<sweep> [more folders] --report reports/<name>
 """
 
 from __future__ import annotations
@@ -63,7 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("archive", help="copy what a report is computed from (no checkpoints) to commit it")
     a.add_argument("folders", nargs="+", type=Path, help="sweep folders")
     a.add_argument("--out", type=Path, required=True, help="e.g. reports/<name>/runs")
+    k = sub.add_parser("recheck", help="recompute the runs' summaries and a report's differences from the samples")
+    k.add_argument("folders", nargs="+", type=Path, help="the sweep folders the report was made from")
+    k.add_argument("--report", type=Path, default=None, help="a report folder: check its equivalence.csv too")
+    k.add_argument("--baseline", default="full", help="the report's baseline regime (full)")
+    k.add_argument("--regimes", default=None, help="the report's --regimes, if it had one")
+    k.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of the figures (1e-9)")
+    k.add_argument("--itol", type=float, default=0.1, help="interval ends, as a fraction of its width (0.1)")
+    k.add_argument("--boot", type=int, default=4000, help="the separate bootstrap's resamples (4000)")
     args = parser.parse_args(argv)
+    if args.cmd == "recheck":
+        return _recheck(args)
     if args.cmd == "archive":
         return _archive(args)
     if args.cmd == "calibration":
@@ -121,6 +132,24 @@ def _archive(args) -> int:
     left = f"; left out (no summary.json): {', '.join(done.skipped)}" if done.skipped else ""
     print(f"analysis: archived {done.jobs} jobs ({done.bytes / 1e6:.1f} MB) to {args.out}{left}")
     return 0
+
+
+def _recheck(args) -> int:
+    from analysis.recheck import describe, recheck
+
+    if args.report is not None and not (args.report / "equivalence.csv").is_file():
+        print(f"analysis: error: no equivalence.csv in {args.report}", file=sys.stderr)
+        return 2
+    regimes = args.regimes.split(",") if args.regimes else None
+    try:
+        found = recheck(
+            args.folders, args.report, args.baseline, regimes, rtol=args.rtol, itol=args.itol, n_boot=args.boot
+        )
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(describe(found, args.report)))
+    return 1 if found.errors else 0
 
 
 def _calibration(args, argv: list[str]) -> int:

@@ -1,0 +1,218 @@
+"""An independent recomputation of a report's figures, in float64, from its runs' ``samples.jsonl``.
+
+``python -m analysis recheck <sweep folders> [--report reports/<name>]`` checks two things without the code that made
+them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is imported; the run labels come from
+``analysis.load``):
+
+- each finished run's ``summary.json``: the final evaluation's reward (policy, SFT, their difference), win rate
+  against the independent SFT sample (ties half), true KL, length and truncation rate, recomputed from the sample
+  rows as the mean over prompts of each prompt's mean (``math.fsum``); they must agree to ``--rtol``;
+- with ``--report``, each bootstrap row of its ``equivalence.csv``: the difference (regime minus baseline, paired
+  by seed and prompt, mean over seeds of the mean over prompts) must agree to ``--rtol``, and a separate
+  hierarchical percentile bootstrap (its own generator and resample count) must put both ends of the 95% interval
+  within ``--itol`` of the interval's width of the report's. A verdict that the separate bootstrap would give
+  otherwise is listed as borderline, not as an error: its interval sits on a margin or on 0.
+
+Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PerSample = Callable[[dict], float]
+
+
+def _f(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _win(a: float, b: float) -> float:
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return 1.0 if a > b else 0.5 if a == b else 0.0
+
+
+def _opponent(row: dict) -> float:
+    # runs older than the independent SFT sample scored their win rate against the coupled one
+    return _f(row["sft_indep_reward"] if "sft_indep_reward" in row else row.get("sft_reward"))
+
+
+#: summary key -> its per-sample value (the summary is the mean over prompts of each prompt's mean)
+SUMMARY: dict[str, PerSample] = {
+    "reward_gold": lambda r: _f(r.get("policy_reward")),
+    "reward_gold_sft": lambda r: _f(r.get("sft_reward")),
+    "reward_delta": lambda r: _f(r.get("policy_reward")) - _f(r.get("sft_reward")),
+    "win_rate": lambda r: _win(_f(r.get("policy_reward")), _opponent(r)),
+    "kl_true": lambda r: _f(r.get("kl_true")),
+    "length": lambda r: _f(r.get("length")),
+    "truncation_rate": lambda r: float(bool(r.get("truncated"))),
+}
+#: the equivalence table's metrics that the samples give per prompt
+PER_PROMPT = ("reward_delta", "win_rate", "kl_true", "length")
+
+
+def final_rows(run: Path) -> list[dict]:
+    """The sample rows of the last evaluation step in ``run/samples.jsonl`` (empty when there are none)."""
+    f = run / "samples.jsonl"
+    if not f.is_file():
+        return []
+    rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for r in rows if isinstance(r, dict) and "prompt" in r]
+    last = max((int(r.get("step", 0)) for r in rows), default=0)
+    return [r for r in rows if int(r.get("step", 0)) == last]
+
+
+def per_prompt(rows: list[dict], value: PerSample) -> dict[str, float]:
+    """prompt -> the mean of ``value`` over its samples (math.fsum in float64)."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(str(r["prompt"]), []).append(value(r))
+    return {p: math.fsum(v) / len(v) for p, v in by.items()}
+
+
+def mean_of(values: Iterable[float]) -> float:
+    v = list(values)
+    return math.fsum(v) / len(v) if v else math.nan
+
+
+def agree(a: float, b: float, rtol: float) -> bool:
+    """Both missing, or equal to ``rtol`` relative (1e-12 absolute near 0)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= max(rtol * max(abs(a), abs(b)), 1e-12)
+
+
+@dataclass
+class Findings:
+    checked: int = 0
+    runs: int = 0
+    rows: int = 0
+    unchecked: int = 0  # runs not finished, or without samples
+    errors: list[str] = field(default_factory=list)
+    borderline: list[str] = field(default_factory=list)
+    max_rel: float = 0.0
+    max_end: float = 0.0  # the largest distance of an interval end, as a fraction of the width
+
+    def compare(self, what: str, reported: float, recomputed: float, rtol: float) -> None:
+        self.checked += 1
+        if not agree(reported, recomputed, rtol):
+            self.errors.append(f"{what}: reported {reported!r}, recomputed {recomputed!r}")
+        elif math.isfinite(reported) and reported != recomputed:
+            self.max_rel = max(self.max_rel, abs(reported - recomputed) / max(abs(reported), abs(recomputed)))
+
+
+def recheck_summaries(runs: pd.DataFrame, found: Findings, rtol: float) -> None:
+    """Each finished run's summary figures against the mean over prompts of its samples."""
+    found.unchecked += int((runs["status"] != "finished").sum())
+    for path in runs.loc[runs["status"] == "finished", "path"]:
+        run = Path(path)
+        rows = final_rows(run)
+        if not rows:
+            found.unchecked += 1
+            continue
+        summary = json.loads((run / "summary.json").read_text())
+        found.runs += 1
+        for key, value in SUMMARY.items():
+            if key in summary:
+                found.compare(f"{run.name}: {key}", _f(summary[key]), mean_of(per_prompt(rows, value).values()), rtol)
+
+
+def seed_differences(runs: pd.DataFrame, condition: str, regime: str, baseline: str, metric: str) -> list[np.ndarray]:
+    """Per seed both have, the per-prompt differences regime - baseline on the prompts both evaluated."""
+    done = runs[(runs["status"] == "finished") & (runs["condition"].astype(str) == condition)]
+
+    def last(label: str) -> dict:
+        return {seed: Path(g["path"].iloc[-1]) for seed, g in done[done["regime"] == label].groupby("seed")}
+
+    reg, base = last(regime), last(baseline)
+    out = []
+    for seed in sorted(set(reg) & set(base)):
+        a = per_prompt(final_rows(reg[seed]), SUMMARY[metric])
+        b = per_prompt(final_rows(base[seed]), SUMMARY[metric])
+        out.append(np.array([a[p] - b[p] for p in a if p in b], dtype=np.float64))
+    return out
+
+
+def boot_interval(groups: list[np.ndarray], n: int, seed: int, level: float) -> tuple[float, float]:
+    """Percentile interval of the mean over seeds of the mean over prompts, resampling seeds and then prompts within
+    each drawn seed (a loop over resamples: slow and plain on purpose)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    stats = np.empty(n)
+    for i in range(n):
+        drawn = rng.integers(0, len(groups), len(groups))
+        stats[i] = np.mean([groups[k][rng.integers(0, len(groups[k]), len(groups[k]))].mean() for k in drawn])
+    tail = (1 - level) / 2
+    return float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
+
+
+def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findings, opts: dict) -> None:
+    """The bootstrap rows of ``report/equivalence.csv``: the difference exactly, the interval to bootstrap noise."""
+    table = pd.read_csv(report / "equivalence.csv", keep_default_na=False, na_values=[""])
+    for i, row in table.iterrows():
+        if not str(row["method"]).startswith("hierarchical bootstrap") or row["metric"] not in PER_PROMPT:
+            continue
+        condition = str(row["condition"])
+        what = f"{condition}: {row['regime']} - {baseline}: {row['metric']}"
+        groups = seed_differences(runs, condition, str(row["regime"]), baseline, str(row["metric"]))
+        groups = [g[np.isfinite(g)] for g in groups]
+        groups = [g for g in groups if len(g)]
+        if not groups:
+            found.errors.append(f"{what}: no paired samples found for this row")
+            continue
+        found.rows += 1
+        found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
+        lo, hi = boot_interval(groups, opts["n_boot"], opts["seed"] + i, 1 - opts["alpha"])
+        width = float(row["hi"]) - float(row["lo"])
+        ends = max(abs(lo - float(row["lo"])), abs(hi - float(row["hi"])))
+        found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
+        if width > 0 and ends > opts["itol"] * width:
+            found.errors.append(
+                f"{what}: 95% interval [{row['lo']:.6g}, {row['hi']:.6g}], recomputed [{lo:.6g}, {hi:.6g}]"
+            )
+        ilo, ihi = boot_interval(groups, opts["n_boot"], opts["seed"] + i, 1 - 2 * opts["alpha"])
+        again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
+        if again != row["verdict"]:
+            found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
+
+
+def _verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: float) -> str:
+    # the rule of analysis.equivalence, restated
+    if math.isfinite(margin) and -margin < lo_inner and hi_inner < margin:
+        return "equivalent"
+    return "different" if lo > 0 or hi < 0 else "inconclusive"
+
+
+def recheck(
+    folders: list[Path], report: Path | None, baseline: str = "full", regimes: list[str] | None = None, **opts
+) -> Findings:
+    from analysis.load import load_runs
+
+    opts = {"rtol": 1e-9, "itol": 0.1, "n_boot": 4000, "seed": 20261201, "alpha": 0.05, **opts}
+    runs = load_runs(*folders, regimes=regimes).runs
+    found = Findings()
+    recheck_summaries(runs, found, opts["rtol"])
+    if report is not None:
+        recheck_report(runs, report, baseline, found, opts)
+    return found
+
+
+def describe(found: Findings, report: Path | None) -> list[str]:
+    """What the recheck found, a line each (disagreements first)."""
+    lines = [f"DISAGREES  {e}" for e in found.errors] + [f"borderline  {b}" for b in found.borderline]
+    lines.append(
+        f"recheck: {found.runs} runs' summaries and {found.rows} report rows, {found.checked} figures: "
+        + (f"{len(found.errors)} disagree" if found.errors else "all agree")
+        + f" (largest relative difference {found.max_rel:.1g}"
+        + (f"; {found.unchecked} runs not finished or without samples, not checked" if found.unchecked else "")
+        + (f"; interval ends within {found.max_end:.0%} of the width" if report is not None and found.rows else "")
+        + ")"
+    )
+    return lines

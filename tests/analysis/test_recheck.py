@@ -1,0 +1,94 @@
+"""The independent recomputation (analysis/recheck.py): every committed report survives it, and it catches a
+summary figure, a difference or an interval that does not follow from the samples. No model runs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main
+from analysis.recheck import recheck
+from tests.conftest import REPO
+
+DPO = REPO / "reports" / "dpo_regimes"
+FULL, INT8 = "logger=none,ref=full,seed=0", "logger=none,ref=int8,seed=0"
+
+
+def _report_args(name: str) -> tuple[list[str], dict]:
+    """The folders and options of a committed report's own `python -m analysis report` command."""
+    text = (REPO / "reports" / name / "report.md").read_text()
+    line = [ln for ln in text.split("```")[1].splitlines() if ln.startswith("python -m analysis report ")][-1]
+    argv = shlex.split(line)[4:]
+    folders = argv[: next(i for i, a in enumerate(argv) if a.startswith("--"))]
+    opts = {k: argv[argv.index(f"--{k}") + 1] for k in ("baseline", "regimes") if f"--{k}" in argv}
+    return folders, opts
+
+
+REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "equivalence.csv").is_file()]
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
+    folders, opts = _report_args(name)
+    monkeypatch.chdir(REPO)
+    regimes = opts["regimes"].split(",") if "regimes" in opts else None
+    found = recheck(folders, REPO / "reports" / name, opts.get("baseline", "full"), regimes, n_boot=1000)
+    assert found.errors == []
+    assert found.runs >= 10 and found.rows >= 20  # it did check something
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """full and int8 (seed 0) of the committed DPO report, and its equivalence rows for int8 alone."""
+    sweep = tmp_path / "sweep"
+    for job in (FULL, INT8):
+        shutil.copytree(DPO / "runs" / "report_dpo" / job, sweep / job)
+    report = tmp_path / "report"
+    report.mkdir()
+    table = pd.read_csv(DPO / "equivalence.csv")
+    table[table["regime"] == "int8"].to_csv(report / "equivalence.csv", index=False)
+    return sweep, report
+
+
+def test_the_copied_runs_agree(two_runs):
+    found = recheck([two_runs[0]], two_runs[1], n_boot=1000)
+    assert found.errors == [] and found.runs == 2 and found.rows == 4
+
+
+def test_a_summary_figure_that_does_not_follow_from_the_samples_is_caught(two_runs):
+    sweep, _ = two_runs
+    f = sweep / INT8 / "summary.json"
+    summary = json.loads(f.read_text())
+    summary["kl_true"] *= 1 + 1e-6
+    f.write_text(json.dumps(summary))
+    found = recheck([sweep], None)
+    assert len(found.errors) == 1 and found.errors[0].startswith(f"{INT8}: kl_true: reported")
+
+
+@pytest.mark.parametrize("column,change", [("diff", 1e-6), ("lo", -0.5), ("hi", 0.5)])
+def test_a_difference_or_interval_that_the_samples_do_not_give_is_caught(two_runs, column, change):
+    sweep, report = two_runs
+    table = pd.read_csv(report / "equivalence.csv")
+    width = table.loc[0, "hi"] - table.loc[0, "lo"]
+    table.loc[0, column] += change * (abs(table.loc[0, "diff"]) if column == "diff" else width)
+    table.to_csv(report / "equivalence.csv", index=False)
+    found = recheck([sweep], report, n_boot=1000)
+    assert len(found.errors) == 1 and f"int8 - full: {table.loc[0, 'metric']}" in found.errors[0]
+
+
+def test_the_command_line_exits_1_on_a_disagreement_and_2_on_bad_input(two_runs, capsys):
+    sweep, report = two_runs
+    assert main(["recheck", str(sweep), "--report", str(report), "--boot", "500"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("recheck: 2 runs' summaries and 4 report rows")
+    f = sweep / FULL / "summary.json"
+    f.write_text(f.read_text().replace('"length": ', '"length": 1 + '))  # not JSON: the run is not finished
+    assert main(["recheck", str(sweep), "--report", str(report), "--boot", "500"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len([ln for ln in out if ln.startswith("DISAGREES  ")]) == 4  # int8's rows have no full to pair with
+    assert out[-1].endswith("; 1 runs not finished or without samples, not checked)")
+    assert main(["recheck", str(sweep), "--report", str(sweep)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"analysis: error: no equivalence.csv in {sweep}"]
