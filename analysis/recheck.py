@@ -45,15 +45,16 @@ def _opponent(row: dict) -> float:
     return _f(row["sft_indep_reward"] if "sft_indep_reward" in row else row.get("sft_reward"))
 
 
-#: summary key -> its per-sample value (the summary is the mean over prompts of each prompt's mean)
-SUMMARY: dict[str, PerSample] = {
-    "reward_gold": lambda r: _f(r.get("policy_reward")),
-    "reward_gold_sft": lambda r: _f(r.get("sft_reward")),
-    "reward_delta": lambda r: _f(r.get("policy_reward")) - _f(r.get("sft_reward")),
-    "win_rate": lambda r: _win(_f(r.get("policy_reward")), _opponent(r)),
-    "kl_true": lambda r: _f(r.get("kl_true")),
-    "length": lambda r: _f(r.get("length")),
-    "truncation_rate": lambda r: float(bool(r.get("truncated"))),
+#: summary key -> the sample fields it needs and its per-sample value (the summary is the mean over prompts of each
+#: prompt's mean); a run whose samples lack a field (older runs) has that figure left unchecked
+SUMMARY: dict[str, tuple[tuple[str, ...], PerSample]] = {
+    "reward_gold": (("policy_reward",), lambda r: _f(r["policy_reward"])),
+    "reward_gold_sft": (("sft_reward",), lambda r: _f(r["sft_reward"])),
+    "reward_delta": (("policy_reward", "sft_reward"), lambda r: _f(r["policy_reward"]) - _f(r["sft_reward"])),
+    "win_rate": (("policy_reward", "sft_reward"), lambda r: _win(_f(r["policy_reward"]), _opponent(r))),
+    "kl_true": (("kl_true",), lambda r: _f(r["kl_true"])),
+    "length": (("length",), lambda r: _f(r["length"])),
+    "truncation_rate": (("truncated",), lambda r: float(bool(r["truncated"]))),
 }
 #: the equivalence table's metrics that the samples give per prompt
 PER_PROMPT = ("reward_delta", "win_rate", "kl_true", "length")
@@ -120,8 +121,8 @@ def recheck_summaries(runs: pd.DataFrame, found: Findings, rtol: float) -> None:
             continue
         summary = json.loads((run / "summary.json").read_text())
         found.runs += 1
-        for key, value in SUMMARY.items():
-            if key in summary:
+        for key, (fields, value) in SUMMARY.items():
+            if key in summary and all(f in r for r in rows for f in fields):
                 found.compare(f"{run.name}: {key}", _f(summary[key]), mean_of(per_prompt(rows, value).values()), rtol)
 
 
@@ -135,8 +136,8 @@ def seed_differences(runs: pd.DataFrame, condition: str, regime: str, baseline: 
     reg, base = last(regime), last(baseline)
     out = []
     for seed in sorted(set(reg) & set(base)):
-        a = per_prompt(final_rows(reg[seed]), SUMMARY[metric])
-        b = per_prompt(final_rows(base[seed]), SUMMARY[metric])
+        a = per_prompt(final_rows(reg[seed]), SUMMARY[metric][1])
+        b = per_prompt(final_rows(base[seed]), SUMMARY[metric][1])
         out.append(np.array([a[p] - b[p] for p in a if p in b], dtype=np.float64))
     return out
 
