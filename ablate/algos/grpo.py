@@ -128,6 +128,9 @@ def _grpo_trainer_cls():
                 self._record_penalty(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
             return logps
 
+        def _get_train_sampler(self, dataset=None):
+            return replayable_epochs(super()._get_train_sampler(dataset))
+
         def restore(self, saved: dict) -> None:
             """Continue from :meth:`resume_state`'s record: also the KL coefficient where the controller had it."""
             super().restore(saved)
@@ -136,6 +139,27 @@ def _grpo_trainer_cls():
                 self.kl_controller.value = saved["kl_coef"]
 
     return RegimeGRPOTrainer
+
+
+def replayable_epochs(sampler):
+    """TRL's ``RepeatSampler`` with each epoch's prompt order a function of (seed, epoch).
+
+    TRL draws every epoch's order from one generator seeded once, when the sampler is made, so a job resumed in
+    epoch e >= 1 starts a fresh generator and trains epoch e in epoch 0's order (found in a GRPO report job resumed
+    at step 32 of 40, the start of its second epoch: it matched an uninterrupted run to the last digit for 32 steps
+    and left it at step 33). ``set_epoch(e)``, which the HF Trainer calls before each epoch, resumed or not, reseeds
+    the generator and draws the e orders before it: the order an uninterrupted run draws, so a run that was never
+    interrupted is unchanged."""
+    if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
+        return sampler
+
+    def set_epoch(epoch: int) -> None:
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+    sampler.set_epoch = set_epoch
+    return sampler
 
 
 def prompts_dataset(prompts: list[str]):

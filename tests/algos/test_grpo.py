@@ -210,3 +210,26 @@ def test_grpo_k1_penalty_is_one_more_reward_of_weight_one(tmp_path, tiny_source,
         names[est] = dict(zip(trainer.reward_func_names, trainer.reward_weights.tolist()))
     assert names["k1"] == {"proxy_rm": 1.0, "gold": 0.0, "kl_penalty": 1.0}
     assert names["k3"] == {"proxy_rm": 1.0, "gold": 0.0}
+
+
+def test_the_prompt_order_of_each_epoch_depends_on_seed_and_epoch_only():
+    """An uninterrupted run draws the orders TRL's sampler draws; a sampler made afresh (a resumed job) and set to
+    epoch e draws epoch e's order, not epoch 0's again."""
+    from trl.trainer.utils import RepeatSampler
+
+    from ablate.algos.grpo import replayable_epochs
+
+    def sampler():
+        return RepeatSampler(range(7), mini_repeat_count=2, batch_size=1, seed=3)
+
+    stock, ours = sampler(), replayable_epochs(sampler())
+    orders = [list(stock) for _ in range(3)]
+    assert len({tuple(o) for o in orders}) == 3  # the orders differ from epoch to epoch
+    for epoch, order in enumerate(orders):
+        ours.set_epoch(epoch)
+        assert list(ours) == order
+    resumed = replayable_epochs(sampler())
+    resumed.set_epoch(2)
+    assert list(resumed) == orders[2]
+    unshuffled = RepeatSampler(range(7), mini_repeat_count=2, shuffle=False)
+    assert replayable_epochs(unshuffled) is unshuffled and not hasattr(unshuffled, "set_epoch")

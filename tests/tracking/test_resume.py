@@ -32,6 +32,15 @@ ALGOS = {  # each with a reference or controller whose state must survive the re
     "grpo": ["algo=grpo", "ref=full", "algo.num_generations=2", "algo.kl_control=adaptive", "algo.learning_rate=1e-3"],
     "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
 }
+# Resumed after the first epoch: GRPO's 5 prompts, one a step, killed where the second epoch starts (step 5) or inside
+# it (step 6): TRL's sampler replayed the first epoch's prompt order after such a resume. DPO's pairs, two a step,
+# killed in its second epoch.
+GRPO_5 = ["algo=grpo", "algo.num_generations=2", "task.n_train=5", "algo.max_steps=8"]
+ALGOS |= {
+    "grpo_at_epoch_2": [*GRPO_5, "checkpoint.interval=5"],
+    "grpo_in_epoch_2": [*GRPO_5, "checkpoint.interval=6"],
+    "dpo_in_epoch_2": [*ALGOS["dpo"], "checkpoint.interval=5"],
+}
 # wall-clock figures differ between any two runs; everything else must not
 TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second", "peak_rss")
 OTHER = (
@@ -50,7 +59,8 @@ def _kept(key: str) -> bool:
 
 
 def _args(out: Path, *overrides: str) -> list[str]:
-    return [*BASE, *overrides, f"hydra.run.dir={out}"]
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [*(o for o in BASE if o.split("=", 1)[0] not in keys), *overrides, f"hydra.run.dir={out}"]
 
 
 def _cmd(out: Path, *overrides: str) -> list[str]:
@@ -102,6 +112,8 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     assert whole_proc.wait(timeout=600) == 0, (tmp_path / "whole.log").read_text()[-3000:]
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["resumed_from_step"] >= 2
+    interval = next(int(o.split("=")[1]) for o in [*BASE, *overrides][::-1] if o.startswith("checkpoint.interval="))
+    assert summary["resumed_from_step"] == interval  # killed after its first checkpoint
     assert _same(_summary(killed), _summary(whole))
     whole_m, killed_m = _metrics(whole), _metrics(killed)
     assert len(whole_m) == len(killed_m)
