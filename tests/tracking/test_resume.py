@@ -27,19 +27,15 @@ BASE = [
     "threads=1",
     "checkpoint.interval=2",
 ]
-ALGOS = {  # each with a reference or controller whose state must survive the restart
-    "dpo": ["algo=dpo", "ref=ema", "ref.tau=1", "algo.learning_rate=1e-3"],
-    "grpo": ["algo=grpo", "ref=full", "algo.num_generations=2", "algo.kl_control=adaptive", "algo.learning_rate=1e-3"],
-    "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
-}
-# Resumed after the first epoch: GRPO's 5 prompts, one a step, killed where the second epoch starts (step 5) or inside
-# it (step 6): TRL's sampler replayed the first epoch's prompt order after such a resume. DPO's pairs, two a step,
-# killed in its second epoch.
+# Each killed after its first checkpoint, in its second epoch: GRPO's 5 prompts, one a step, where that epoch starts
+# (step 5) or inside it (step 6; TRL's sampler replayed the first epoch's prompt order after either resume); DPO's 7
+# pairs, two a step, at step 5. Each with a reference or controller whose state must survive the restart.
 GRPO_5 = ["algo=grpo", "algo.num_generations=2", "task.n_train=5", "algo.max_steps=8"]
-ALGOS |= {
+ALGOS = {
+    "dpo": ["algo=dpo", "ref=ema", "ref.tau=1", "algo.learning_rate=1e-3", "checkpoint.interval=5"],
+    "grpo": [*GRPO_5, "ref=full", "algo.kl_control=adaptive", "algo.learning_rate=1e-3", "checkpoint.interval=6"],
     "grpo_at_epoch_2": [*GRPO_5, "checkpoint.interval=5"],
-    "grpo_in_epoch_2": [*GRPO_5, "checkpoint.interval=6"],
-    "dpo_in_epoch_2": [*ALGOS["dpo"], "checkpoint.interval=5"],
+    "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
 }
 # wall-clock figures differ between any two runs; everything else must not
 TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second", "peak_rss")
