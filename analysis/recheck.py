@@ -7,10 +7,11 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
 - each finished run's ``summary.json``: the final evaluation's reward (policy, SFT, their difference), win rate
   against the independent SFT sample (ties half), true KL, length and truncation rate, recomputed from the sample
   rows as the mean over prompts of each prompt's mean (``math.fsum``); they must agree to ``--rtol``;
-- with ``--report``, each bootstrap row of its ``equivalence.csv``: the difference (regime minus baseline, paired
-  by seed and prompt, mean over seeds of the mean over prompts) must agree to ``--rtol``, and a separate
-  hierarchical percentile bootstrap (its own generator and resample count) must put both ends of the 95% interval
-  within ``--itol`` of the interval's width of the report's. A verdict that the separate bootstrap would give
+- with ``--report``, each bootstrap row of its ``equivalence.csv`` (and of ``conditions.csv``: the baseline under
+  each condition against the reference condition): the difference (regime minus baseline, paired by seed and
+  prompt, mean over seeds of the mean over prompts) must agree to ``--rtol``, and a separate hierarchical percentile
+  bootstrap (its own generator and resample count) must put both ends of the 95% interval within ``--itol`` of the
+  interval's width of the report's. A verdict that the separate bootstrap would give
   otherwise is listed as borderline, not as an error: its interval sits on a margin or on 0.
 
 Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
@@ -126,19 +127,23 @@ def recheck_summaries(runs: pd.DataFrame, found: Findings, rtol: float) -> None:
                 found.compare(f"{run.name}: {key}", _f(summary[key]), mean_of(per_prompt(rows, value).values()), rtol)
 
 
-def seed_differences(runs: pd.DataFrame, condition: str, regime: str, baseline: str, metric: str) -> list[np.ndarray]:
-    """Per seed both have, the per-prompt differences regime - baseline on the prompts both evaluated."""
-    done = runs[(runs["status"] == "finished") & (runs["condition"].astype(str) == condition)]
+def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> list[np.ndarray]:
+    """Per seed both have, the per-prompt differences between the runs of ``side`` and of ``base`` (each a
+    (condition, regime) pair) on the prompts both evaluated; NaNs dropped, seeds left with none dropped."""
+    done = runs[runs["status"] == "finished"]
 
-    def last(label: str) -> dict:
-        return {seed: Path(g["path"].iloc[-1]) for seed, g in done[done["regime"] == label].groupby("seed")}
+    def last(condition: str, label: str) -> dict:
+        g = done[(done["condition"].astype(str) == condition) & (done["regime"] == label)]
+        return {seed: Path(r["path"].iloc[-1]) for seed, r in g.groupby("seed")}
 
-    reg, base = last(regime), last(baseline)
+    a_runs, b_runs = last(*side), last(*base)
     out = []
-    for seed in sorted(set(reg) & set(base)):
-        a = per_prompt(final_rows(reg[seed]), SUMMARY[metric][1])
-        b = per_prompt(final_rows(base[seed]), SUMMARY[metric][1])
-        out.append(np.array([a[p] - b[p] for p in a if p in b], dtype=np.float64))
+    for seed in sorted(set(a_runs) & set(b_runs)):
+        a = per_prompt(final_rows(a_runs[seed]), SUMMARY[metric][1])
+        b = per_prompt(final_rows(b_runs[seed]), SUMMARY[metric][1])
+        d = np.array([a[p] - b[p] for p in a if p in b], dtype=np.float64)
+        if np.isfinite(d).any():
+            out.append(d[np.isfinite(d)])
     return out
 
 
@@ -155,33 +160,53 @@ def boot_interval(groups: list[np.ndarray], n: int, seed: int, level: float) -> 
 
 
 def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findings, opts: dict) -> None:
-    """The bootstrap rows of ``report/equivalence.csv``: the difference exactly, the interval to bootstrap noise."""
-    table = pd.read_csv(report / "equivalence.csv", keep_default_na=False, na_values=[""])
-    for i, row in table.iterrows():
-        if not str(row["method"]).startswith("hierarchical bootstrap") or row["metric"] not in PER_PROMPT:
-            continue
-        condition = str(row["condition"])
-        what = f"{condition}: {row['regime']} - {baseline}: {row['metric']}"
-        groups = seed_differences(runs, condition, str(row["regime"]), baseline, str(row["metric"]))
-        groups = [g[np.isfinite(g)] for g in groups]
-        groups = [g for g in groups if len(g)]
-        if not groups:
-            found.errors.append(f"{what}: no paired samples found for this row")
-            continue
-        found.rows += 1
-        found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
-        lo, hi = boot_interval(groups, opts["n_boot"], opts["seed"] + i, 1 - opts["alpha"])
-        width = float(row["hi"]) - float(row["lo"])
-        ends = max(abs(lo - float(row["lo"])), abs(hi - float(row["hi"])))
-        found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
-        if width > 0 and ends > opts["itol"] * width:
-            found.errors.append(
-                f"{what}: 95% interval [{row['lo']:.6g}, {row['hi']:.6g}], recomputed [{lo:.6g}, {hi:.6g}]"
-            )
-        ilo, ihi = boot_interval(groups, opts["n_boot"], opts["seed"] + i, 1 - 2 * opts["alpha"])
-        again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
-        if again != row["verdict"]:
-            found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
+    """The bootstrap rows of ``report/equivalence.csv`` (each regime against the baseline within a condition) and of
+    ``conditions.csv`` where there is one (the baseline under each condition against it under the reference
+    condition, the one no row names): the difference exactly, the interval to bootstrap noise."""
+    for i, row in _bootstrap_rows(report / "equivalence.csv"):
+        side, base = (row["condition"], row["regime"]), (row["condition"], baseline)
+        _check_row(f"{row['condition']}: {row['regime']} - {baseline}", row, side, base, runs, found, opts, i)
+    if (report / "conditions.csv").is_file():
+        rows = list(_bootstrap_rows(report / "conditions.csv"))
+        named = {row["regime"] for _, row in rows}
+        conditions = set(runs.loc[runs["regime"] == baseline, "condition"].astype(str))
+        ref = sorted(conditions - named)
+        for i, row in rows:
+            what = f"{baseline}: {row['regime']} - {ref[0] if len(ref) == 1 else '?'}"
+            if len(ref) != 1:
+                found.errors.append(
+                    f"{what}: {row['metric']}: the reference condition is not one of {sorted(conditions)}"
+                )
+                continue
+            side, base = (row["regime"], baseline), (ref[0], baseline)
+            _check_row(what, row, side, base, runs, found, opts, 10_000 + i)
+
+
+def _bootstrap_rows(table: Path):
+    frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
+    for i, row in frame.iterrows():
+        if str(row["method"]).startswith("hierarchical bootstrap") and row["metric"] in PER_PROMPT:
+            yield i, {k: (str(v) if k in ("condition", "regime", "metric", "verdict") else v) for k, v in row.items()}
+
+
+def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Findings, opts: dict, seed: int) -> None:
+    what = f"{what}: {row['metric']}"
+    groups = seed_differences(runs, side, base, row["metric"])
+    if not groups:
+        found.errors.append(f"{what}: no paired samples found for this row")
+        return
+    found.rows += 1
+    found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
+    lo, hi = boot_interval(groups, opts["n_boot"], opts["seed"] + seed, 1 - opts["alpha"])
+    width = float(row["hi"]) - float(row["lo"])
+    ends = max(abs(lo - float(row["lo"])), abs(hi - float(row["hi"])))
+    found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
+    if width > 0 and ends > opts["itol"] * width:
+        found.errors.append(f"{what}: 95% interval [{row['lo']:.6g}, {row['hi']:.6g}], recomputed [{lo:.6g}, {hi:.6g}]")
+    ilo, ihi = boot_interval(groups, opts["n_boot"], opts["seed"] + seed, 1 - 2 * opts["alpha"])
+    again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
+    if again != row["verdict"]:
+        found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
 
 
 def _verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: float) -> str:

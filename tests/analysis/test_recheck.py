@@ -36,9 +36,12 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     folders, opts = _report_args(name)
     monkeypatch.chdir(REPO)
     regimes = opts["regimes"].split(",") if "regimes" in opts else None
-    found = recheck(folders, REPO / "reports" / name, opts.get("baseline", "full"), regimes, n_boot=1000)
+    report = REPO / "reports" / name
+    found = recheck(folders, report, opts.get("baseline", "full"), regimes, n_boot=1000)
     assert found.errors == []
-    assert found.runs >= 10 and found.rows >= 20  # it did check something
+    tables = [pd.read_csv(report / t) for t in ("equivalence.csv", "conditions.csv") if (report / t).is_file()]
+    boot = sum(int(t["method"].str.startswith("hierarchical bootstrap").sum()) for t in tables)
+    assert found.runs >= 10 and found.rows == boot >= 20  # every bootstrap row of both tables was checked
 
 
 @pytest.fixture
@@ -92,3 +95,17 @@ def test_the_command_line_exits_1_on_a_disagreement_and_2_on_bad_input(two_runs,
     assert out[-1].endswith("; 1 runs not finished or without samples, not checked)")
     assert main(["recheck", str(sweep), "--report", str(sweep)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"analysis: error: no equivalence.csv in {sweep}"]
+
+
+def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path):
+    """conditions.csv: `full` under each condition against the reference condition (GRPO: k2, k3 against k1)."""
+    committed = REPO / "reports" / "grpo_kl"
+    shutil.copytree(committed / "runs", tmp_path / "runs")
+    shutil.copy(committed / "equivalence.csv", tmp_path / "equivalence.csv")
+    table = pd.read_csv(committed / "conditions.csv")
+    row = table.index[(table["regime"] == "algo.kl_estimator=k2") & (table["metric"] == "kl_true")][0]
+    table.loc[row, "diff"] += 1e-6
+    table.to_csv(tmp_path / "conditions.csv", index=False)
+    found = recheck(sorted((tmp_path / "runs").iterdir()), tmp_path, n_boot=300, itol=1.0)
+    assert found.errors == [found.errors[0]]
+    assert found.errors[0].startswith("full: algo.kl_estimator=k2 - algo.kl_estimator=k1: kl_true: reported")
