@@ -19,6 +19,7 @@ Exit status 0 when everything agrees, 1 when something does not (each disagreeme
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -61,18 +62,19 @@ SUMMARY: dict[str, tuple[tuple[str, ...], PerSample]] = {
 PER_PROMPT = ("reward_delta", "win_rate", "kl_true", "length")
 
 
-def final_rows(run: Path) -> list[dict]:
+@functools.cache  # within one recheck: a run's samples serve its summary and every report row it is in
+def final_rows(run: Path) -> tuple[dict, ...]:
     """The sample rows of the last evaluation step in ``run/samples.jsonl`` (empty when there are none)."""
     f = run / "samples.jsonl"
     if not f.is_file():
-        return []
+        return ()
     rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if isinstance(r, dict) and "prompt" in r]
     last = max((int(r.get("step", 0)) for r in rows), default=0)
-    return [r for r in rows if int(r.get("step", 0)) == last]
+    return tuple(r for r in rows if int(r.get("step", 0)) == last)
 
 
-def per_prompt(rows: list[dict], value: PerSample) -> dict[str, float]:
+def per_prompt(rows: tuple[dict, ...], value: PerSample) -> dict[str, float]:
     """prompt -> the mean of ``value`` over its samples (math.fsum in float64)."""
     by: dict[str, list[float]] = {}
     for r in rows:
@@ -147,16 +149,16 @@ def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str,
     return out
 
 
-def boot_interval(groups: list[np.ndarray], n: int, seed: int, level: float) -> tuple[float, float]:
-    """Percentile interval of the mean over seeds of the mean over prompts, resampling seeds and then prompts within
-    each drawn seed (a loop over resamples: slow and plain on purpose)."""
+def boot_intervals(groups: list[np.ndarray], n: int, seed: int, levels: tuple[float, ...]) -> list[tuple[float, float]]:
+    """Percentile intervals at each of ``levels`` of the mean over seeds of the mean over prompts, resampling seeds
+    and then prompts within each drawn seed (a loop over resamples: slow and plain on purpose)."""
     rng = np.random.Generator(np.random.PCG64(seed))
     stats = np.empty(n)
     for i in range(n):
         drawn = rng.integers(0, len(groups), len(groups))
         stats[i] = np.mean([groups[k][rng.integers(0, len(groups[k]), len(groups[k]))].mean() for k in drawn])
-    tail = (1 - level) / 2
-    return float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
+    tails = [(1 - level) / 2 for level in levels]
+    return [(float(np.quantile(stats, t)), float(np.quantile(stats, 1 - t))) for t in tails]
 
 
 def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findings, opts: dict) -> None:
@@ -197,13 +199,13 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         return
     found.rows += 1
     found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
-    lo, hi = boot_interval(groups, opts["n_boot"], opts["seed"] + seed, 1 - opts["alpha"])
+    levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
+    (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
     width = float(row["hi"]) - float(row["lo"])
     ends = max(abs(lo - float(row["lo"])), abs(hi - float(row["hi"])))
     found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
     if width > 0 and ends > opts["itol"] * width:
         found.errors.append(f"{what}: 95% interval [{row['lo']:.6g}, {row['hi']:.6g}], recomputed [{lo:.6g}, {hi:.6g}]")
-    ilo, ihi = boot_interval(groups, opts["n_boot"], opts["seed"] + seed, 1 - 2 * opts["alpha"])
     again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
     if again != row["verdict"]:
         found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
@@ -223,6 +225,7 @@ def recheck(
 
     opts = {"rtol": 1e-9, "itol": 0.1, "n_boot": 4000, "seed": 20261201, "alpha": 0.05, **opts}
     runs = load_runs(*folders, regimes=regimes).runs
+    final_rows.cache_clear()  # read the samples as they are now
     found = Findings()
     recheck_summaries(runs, found, opts["rtol"])
     if report is not None:
