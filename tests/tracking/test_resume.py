@@ -108,7 +108,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     assert whole_proc.wait(timeout=600) == 0, (tmp_path / "whole.log").read_text()[-3000:]
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["resumed_from_step"] >= 2
-    interval = next(int(o.split("=")[1]) for o in [*BASE, *overrides][::-1] if o.startswith("checkpoint.interval="))
+    interval = next(int(o.split("=")[1]) for o in _args(killed, *overrides) if o.startswith("checkpoint.interval="))
     assert summary["resumed_from_step"] == interval  # killed after its first checkpoint
     assert _same(_summary(killed), _summary(whole))
     whole_m, killed_m = _metrics(whole), _metrics(killed)
