@@ -4,7 +4,7 @@ The report's verdicts compare each regime with the baseline *within* a condition
 the first question is what that setting does to the exact reference itself (the DPO paper's reward-KL frontier moving
 with beta; GRPO's KL estimator and its placement). This section answers it with the same machinery: the baseline's
 runs, relabelled by condition, each compared with the *reference condition* (the one with the most baseline seeds;
-ties: the first in the report's order) by the same paired hierarchical bootstrap and the same verdict rule. The
+ties: the first in the report's order) by the same paired intervals and the same verdict rule. The
 pairing holds because every condition evaluates the same prompts with the same coupled random streams per seed.
 """
 

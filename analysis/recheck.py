@@ -11,8 +11,10 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   each condition against the reference condition): the difference (regime minus baseline, paired by seed and
   prompt, mean over seeds of the mean over prompts) must agree to ``--rtol``, and a separate hierarchical percentile
   bootstrap (its own generator and resample count) must put both ends of the 95% interval within ``--itol`` of the
-  interval's width of the report's. A verdict that the separate bootstrap would give
-  otherwise is listed as borderline, not as an error: its interval sits on a margin or on 0.
+  interval's width of the report's; with two seeds or more, the Student-t interval of the per-seed means must
+  agree to ``--rtol`` and the union of the two (the interval the verdict used) to ``--itol``. A verdict that the
+  separate bootstrap would give otherwise is listed as borderline, not as an error: its interval sits on a margin
+  or on 0.
 
 Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as scipy_t
 
 PerSample = Callable[[dict], float]
 
@@ -187,7 +190,7 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
 def _bootstrap_rows(table: Path):
     frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
     for i, row in frame.iterrows():
-        if str(row["method"]).startswith("hierarchical bootstrap") and row["metric"] in PER_PROMPT:
+        if "hierarchical bootstrap" in str(row["method"]) and row["metric"] in PER_PROMPT:
             yield i, {k: (str(v) if k in ("condition", "regime", "metric", "verdict") else v) for k, v in row.items()}
 
 
@@ -201,14 +204,39 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
     found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
     levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
     (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
-    width = float(row["hi"]) - float(row["lo"])
-    ends = max(abs(lo - float(row["lo"])), abs(hi - float(row["hi"])))
-    found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
-    if width > 0 and ends > opts["itol"] * width:
-        found.errors.append(f"{what}: 95% interval [{row['lo']:.6g}, {row['hi']:.6g}], recomputed [{lo:.6g}, {hi:.6g}]")
+    if len(groups) > 1:  # the bootstrap's own interval, the seed-level t interval, and their union (the verdict's)
+        _check_interval(
+            what + ": the bootstrap's", (_f(row.get("boot_lo")), _f(row.get("boot_hi"))), (lo, hi), found, opts
+        )
+        (tlo, thi), (tilo, tihi) = (seed_t(groups, level) for level in levels)
+        found.compare(what + ": seed-level t low end", _f(row.get("seed_t_lo")), tlo, opts["rtol"])
+        found.compare(what + ": seed-level t high end", _f(row.get("seed_t_hi")), thi, opts["rtol"])
+        lo, hi, ilo, ihi = min(lo, tlo), max(hi, thi), min(ilo, tilo), max(ihi, tihi)
+    _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
     again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
     if again != row["verdict"]:
         found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
+
+
+def seed_t(groups: list[np.ndarray], level: float) -> tuple[float, float]:
+    """The Student-t interval at ``level`` of the mean of the per-seed means (n - 1 degrees of freedom)."""
+    means = np.array([g.mean() for g in groups], dtype=np.float64)
+    half = scipy_t.ppf((1 + level) / 2, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
+    return float(means.mean() - half), float(means.mean() + half)
+
+
+def _check_interval(what: str, reported: tuple[float, float], again: tuple[float, float], found, opts) -> None:
+    """Both ends within ``itol`` of the interval's width (the wider of the two; a missing end disagrees)."""
+    width = max(reported[1] - reported[0], again[1] - again[0])
+    if not math.isfinite(width):
+        found.errors.append(f"{what} 95% interval missing in the report: {reported}")
+        return
+    ends = max(abs(again[0] - reported[0]), abs(again[1] - reported[1]))
+    found.max_end = max(found.max_end, ends / width if width > 0 else 0.0)
+    if ends > opts["itol"] * width or reported[0] > reported[1]:
+        found.errors.append(
+            f"{what} 95% interval [{reported[0]:.6g}, {reported[1]:.6g}], recomputed [{again[0]:.6g}, {again[1]:.6g}]"
+        )
 
 
 def _verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: float) -> str:

@@ -275,7 +275,7 @@ def write_report(
                 f"## {cond}: seed-level paired t-tests against `{baseline}`",
                 "",
                 "Summary values paired by seed, Holm-adjusted over regimes, Cohen's d_z; kept for reference: the "
-                "verdicts above come from the bootstrap intervals over prompts and seeds.",
+                "verdicts above come from the intervals over prompts and seeds of `equivalence.csv`.",
                 "",
                 _seed_t_table(c, baseline),
                 "",

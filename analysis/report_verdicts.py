@@ -24,7 +24,11 @@ def statistics_lines(cfg: ReportConfig, prompts: pd.DataFrame, eq: pd.DataFrame)
         f"- intervals of the verdicts: {BOOT}, percentile: resample seeds with replacement, then prompts with "
         "replacement within each drawn seed; a comparison is paired by seed and by prompt (per-prompt "
         "differences); a prompt's samples are averaged first (the prompt is the unit); per-prompt values from each "
-        f"run's `samples.jsonl`. {cfg.n_boot} resamples, seeded ({cfg.seed}): deterministic. Where a run has no "
+        f"run's `samples.jsonl`. {cfg.n_boot} resamples, seeded ({cfg.seed}): deterministic. With two seeds or more "
+        "the interval is the union, end by end, of that bootstrap's and the Student-t interval of the per-seed "
+        "means (seeds - 1 degrees of freedom): a percentile bootstrap over a few seeds is too narrow where the "
+        "seeds disagree (training noise; see `analysis/equivalence.py`); `equivalence.csv` keeps both "
+        "(`boot_lo`/`boot_hi`, `seed_t_lo`/`seed_t_hi`). Where a run has no "
         "`samples.jsonl` the row says `seed-level t`: a paired Student-t interval over seeds of the summary values "
         "(prompts not resampled).",
         "- per-regime tables: mean over seeds [95% Student-t interval]; positive quantities (KL, log-prob errors, "

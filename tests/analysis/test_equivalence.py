@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis import bootstrap
-from analysis.equivalence import compare, verdict
+from analysis.equivalence import compare, union_row, verdict
 from analysis.load import load_runs
 from analysis.report_config import Margin, ReportConfig, build_config, parse_margin
 from analysis.samples import prompt_frame
@@ -34,8 +34,9 @@ def test_verdict_rule_on_known_intervals():
 
 def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
     """Per-prompt differences from the baseline are exactly the shift (same seed: same prompts and noise), so
-    the bootstrap intervals are known: nf4 +0.02 everywhere (equivalent), int8 +0.3 (different), and ema +0.12
-    in seed 0 and -0.08 in seed 1: resampled seed means are -0.08, 0.02 or 0.12 (inconclusive)."""
+    the intervals are known: nf4 +0.02 everywhere (equivalent), int8 +0.3 (different), and ema +0.12 in seed 0
+    and -0.08 in seed 1: the bootstrap's resampled seed means are -0.08, 0.02 or 0.12, the seed-level t interval
+    (1 degree of freedom) 0.02 ± t(0.975, 1) x 0.1 = ± 1.2706 (inconclusive)."""
     for seed in (0, 1):
         write_run(tmp_path, "full", seed, samples(seed, 12))
         write_run(tmp_path, "nf4", seed, samples(seed, 12, shift=0.02))
@@ -44,11 +45,14 @@ def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
     v = _verdicts(tmp_path)
     nf4 = v.loc[("nf4", "reward_delta")]
     assert (nf4["lo"], nf4["hi"], nf4["diff"]) == pytest.approx((0.02, 0.02, 0.02))
-    assert nf4["verdict"] == "equivalent" and nf4["method"] == "hierarchical bootstrap (2 seeds x 12 prompts)"
+    assert nf4["verdict"] == "equivalent"
+    assert nf4["method"] == "union of hierarchical bootstrap and seed-level t (2 seeds x 12 prompts)"
     assert v.loc[("int8", "reward_delta"), "verdict"] == "different"
     ema = v.loc[("ema", "reward_delta")]
-    assert (ema["lo"], ema["hi"], ema["diff"]) == pytest.approx((-0.08, 0.12, 0.02))
-    assert ema["verdict"] == "inconclusive"
+    assert (ema["boot_lo"], ema["boot_hi"], ema["diff"]) == pytest.approx((-0.08, 0.12, 0.02))
+    assert (ema["seed_t_lo"], ema["seed_t_hi"]) == pytest.approx((0.02 - 1.27062, 0.02 + 1.27062), abs=1e-5)
+    assert (ema["lo"], ema["hi"]) == (ema["seed_t_lo"], ema["seed_t_hi"])
+    assert ema["verdict"] == "inconclusive" and "seed-level t wider" in ema["note"]
     assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(0.1 * v.loc[("nf4", "kl_true"), "baseline_mean"])
 
 
@@ -83,6 +87,43 @@ def test_bootstrap_resamples_seeds_then_prompts_within_them():
     reps = bootstrap.resample([np.zeros(3), np.full(50, 10.0)], 500, bootstrap.rng_for(0))
     assert set(np.round(reps, 9)) == {0.0, 5.0, 10.0}
     assert bootstrap.estimate([np.zeros(3), np.full(50, 10.0)]) == 5.0
+
+
+def test_union_is_the_bootstrap_with_one_seed_and_widened_by_the_seeds_spread():
+    rng = np.random.default_rng(0)
+    one = [rng.normal(0.1, 0.3, 40)]
+    iv = bootstrap.interval(one, 500, np.random.default_rng(1))
+    u = union_row(iv, one, 0.05)
+    assert (u["lo"], u["hi"], u["lo_inner"], u["hi_inner"]) == (iv.lo, iv.hi, iv.lo_inner, iv.hi_inner)
+    assert math.isnan(u["seed_t_lo"]) and u["note"] == ""
+    # three seeds whose means disagree far more than their prompts vary: the t interval sets both ends
+    three = [rng.normal(m, 0.01, 40) for m in (0.0, 0.2, 0.4)]
+    iv = bootstrap.interval(three, 500, np.random.default_rng(1))
+    u = union_row(iv, three, 0.05)
+    t95, t90 = t_interval([x.mean() for x in three], 0.95), t_interval([x.mean() for x in three], 0.90)
+    assert (u["lo"], u["hi"], u["lo_inner"], u["hi_inner"]) == (t95.lo, t95.hi, t90.lo, t90.hi)
+    assert u["lo"] < iv.lo and u["hi"] > iv.hi and u["note"]
+    # a positive quantity's seed-level interval is on the log scale: it stays above zero
+    pos = [rng.normal(m, 0.01, 40) for m in (0.5, 3.0)]
+    u = union_row(bootstrap.interval(pos, 500, np.random.default_rng(1)), pos, 0.05, positive=True)
+    assert u["lo"] > 0 and u["seed_t_lo"] > 0
+
+
+@pytest.mark.parametrize("n_seeds, boot_at_most", [(2, 0.85), (4, 0.92)])
+def test_few_seeds_bootstrap_under_covers_and_the_union_does_not(n_seeds, boot_at_most):
+    """Simulated sweeps whose seeds differ more than their prompts (training noise sd 0.1 per seed, sample noise
+    0.3 per prompt, 64 prompts): how often each 95% interval covers the true difference 0. The percentile
+    bootstrap over a few seeds falls well short (the reason for the union); the union does not."""
+    rng = np.random.default_rng(7)
+    n, boot, union = 300, 0, 0
+    for _ in range(n):
+        data = list(rng.normal(0, 0.1, (n_seeds, 1)) + rng.normal(0, 0.3, (n_seeds, 64)))
+        iv = bootstrap.interval(data, 400, rng)
+        u = union_row(iv, data, 0.05)
+        boot += iv.lo <= 0 <= iv.hi
+        union += u["lo"] <= 0 <= u["hi"]
+    assert boot / n <= boot_at_most
+    assert union / n >= 0.93
 
 
 def test_positive_quantity_keeps_its_interval_above_zero():

@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.recheck import recheck
+from analysis.load import load_runs
+from analysis.recheck import Findings, recheck, recheck_report
+from tests.analysis.synthetic import samples, write_run
 from tests.conftest import REPO
 
 DPO = REPO / "reports" / "dpo_regimes"
@@ -40,7 +42,7 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     found = recheck(folders, report, opts.get("baseline", "full"), regimes, n_boot=1000)
     assert found.errors == []
     tables = [pd.read_csv(report / t) for t in ("equivalence.csv", "conditions.csv") if (report / t).is_file()]
-    boot = sum(int(t["method"].str.startswith("hierarchical bootstrap").sum()) for t in tables)
+    boot = sum(int(t["method"].str.contains("hierarchical bootstrap").sum()) for t in tables)
     assert found.runs >= 10 and found.rows == boot >= 20  # every bootstrap row of both tables was checked
 
 
@@ -109,3 +111,31 @@ def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path)
     found = recheck(sorted((tmp_path / "runs").iterdir()), tmp_path, n_boot=300, itol=1.0)
     assert found.errors == [found.errors[0]]
     assert found.errors[0].startswith("full: algo.kl_estimator=k2 - algo.kl_estimator=k1: kl_true: reported")
+
+
+@pytest.mark.parametrize("column", [None, "seed_t_lo", "boot_hi", "lo"])
+def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, column):
+    """Three seeds whose int8 - full differences disagree (shifts 0, 0.5, 1, against prompt noise of about 0.1 in
+    a seed's mean: the seed-level t interval is the wider):
+    the report's rows agree with the recomputation, and a changed end of the seed-level t interval, of the
+    bootstrap's or of the union the verdict used is caught."""
+    sweep, report = tmp_path / "sweep", tmp_path / "report"
+    for seed in range(3):
+        write_run(sweep, "full", seed, samples(seed, 24))
+        write_run(sweep, "int8", seed, samples(seed + 10, 24, shift=0.5 * seed))  # other draws: noisy differences
+    assert main(["report", str(sweep), "--out", str(report), "--boot", "500"]) == 0
+    table = pd.read_csv(report / "equivalence.csv")
+    row = table.index[table["metric"] == "reward_delta"][0]
+    assert table.loc[row, "method"].startswith("union of hierarchical bootstrap and seed-level t (3 seeds")
+    assert table.loc[row, "lo"] == table.loc[row, "seed_t_lo"] < table.loc[row, "boot_lo"]
+    if column is not None:
+        table.loc[row, column] -= 0.5 * (table.loc[row, "hi"] - table.loc[row, "lo"])
+        table.to_csv(report / "equivalence.csv", index=False)
+    found = Findings()
+    opts = {"rtol": 1e-9, "itol": 0.1, "n_boot": 1000, "seed": 1, "alpha": 0.05}
+    recheck_report(load_runs(sweep).runs, report, "full", found, opts)
+    assert found.rows == int(table["method"].str.contains("hierarchical bootstrap").sum()) >= 3
+    if column is None:
+        assert found.errors == []
+    else:
+        assert len(found.errors) == 1 and "int8 - full: reward_delta" in found.errors[0], found.errors
