@@ -63,6 +63,20 @@ def boot_method(per_seed) -> str:
     return f"{name} ({len(sizes)} seeds, {sum(sizes)} prompts in all)"
 
 
+def seed_cell(per_seed: dict) -> str:
+    """``seed:difference`` of each seed, ``;``-separated (``equivalence.csv``'s ``seed_diffs``; empty with one seed)."""
+    if len(per_seed) < 2:
+        return ""
+    return ";".join(f"{seed}:{float(v):.6g}" for seed, v in per_seed.items())
+
+
+def parse_seed_cell(cell) -> dict:
+    """The seeds and differences of a :func:`seed_cell` (``{}`` for an empty or missing cell)."""
+    if not isinstance(cell, str) or not cell:
+        return {}
+    return {k: float(v) for k, v in (item.split(":") for item in cell.split(";"))}
+
+
 def seed_t_bounds(per_seed, alpha: float, positive: bool = False) -> tuple[float, float, float, float]:
     """``(lo, hi, lo_inner, hi_inner)``: Student-t intervals at 1 - alpha and 1 - 2 alpha of the mean over seeds of
     each seed's mean over its prompts (NaN with fewer than two seeds). ``positive``: on the log scale, back-
@@ -114,6 +128,7 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
     ).dropna()
     d = (both["r"] - both["b"]).to_numpy()
     outer, inner = t_interval(d, 1 - alpha), t_interval(d, 1 - 2 * alpha)
+    seeds = seed_cell(dict(zip(both.index, d)))
     note = f"{len(d)} paired seed(s): no interval" if len(d) < 2 else ""
     return dict(
         n_seeds=len(d),
@@ -127,6 +142,7 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
         hi_inner=inner.hi,
         method=SEED_T,
         note=note,
+        seed_diffs=seeds,
     )
 
 
@@ -153,6 +169,7 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
         **ends,
         method=boot_method(diffs.values()),
         note=note,
+        seed_diffs=seed_cell({k: np.mean(v[np.isfinite(v)]) for k, v in diffs.items() if np.isfinite(v).any()}),
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.equivalence import parse_seed_cell
 from analysis.figures import _save, ordered, plt, regime_colors
 
 MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D"}
@@ -15,7 +16,8 @@ MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D"}
 
 def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | None = None) -> Path:
     """One panel per metric: per regime (a row), the difference from ``baseline`` (marker by verdict), its 95%
-    interval (thin line) and 90% interval (thick line), with the margins shaded grey and 0 dashed."""
+    interval (thin line) and 90% interval (thick line), each seed's own difference (ticks just below), with the
+    margins shaded grey and 0 dashed."""
     metrics = list(dict.fromkeys(cmp["metric"]))
     labels = cmp["regime"] if cmp["condition"].nunique() <= 1 else cmp["condition"] + " | " + cmp["regime"]
     cmp = cmp.assign(label=labels)
@@ -37,6 +39,8 @@ def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | Non
             ax.plot([r["lo"], r["hi"]], [y, y], color=color, lw=1.2)
             ax.plot([r["lo_inner"], r["hi_inner"]], [y, y], color=color, lw=3.5, solid_capstyle="butt")
             ax.plot(r["diff"], y, MARKERS.get(r["verdict"], "o"), color=color, mec="black", ms=6)
+            per_seed = list(parse_seed_cell(r.get("seed_diffs")).values())
+            ax.plot(per_seed, [y + 0.25] * len(per_seed), "|", color=color, ms=7, mew=1.2)
         ax.set_yticks(range(len(rows)), rows)
         ax.invert_yaxis()
         ax.set_xlabel(f"{metric}: regime - {baseline}")
@@ -45,7 +49,7 @@ def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | Non
     axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(
         f"difference from {baseline} (thin: 95% interval, thick: 90%; marker: o equivalent, s different, "
-        "D inconclusive)",
+        "D inconclusive; ticks below: each seed's difference)",
         fontsize=9,
     )
     return _save(fig, path)

@@ -132,8 +132,8 @@ def recheck_summaries(runs: pd.DataFrame, found: Findings, rtol: float) -> None:
                 found.compare(f"{run.name}: {key}", _f(summary[key]), mean_of(per_prompt(rows, value).values()), rtol)
 
 
-def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> list[np.ndarray]:
-    """Per seed both have, the per-prompt differences between the runs of ``side`` and of ``base`` (each a
+def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> dict:
+    """seed -> (for each seed both have) the per-prompt differences between the runs of ``side`` and of ``base`` (each a
     (condition, regime) pair) on the prompts both evaluated; NaNs dropped, seeds left with none dropped."""
     done = runs[runs["status"] == "finished"]
 
@@ -142,13 +142,13 @@ def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str,
         return {seed: Path(r["path"].iloc[-1]) for seed, r in g.groupby("seed")}
 
     a_runs, b_runs = last(*side), last(*base)
-    out = []
+    out = {}
     for seed in sorted(set(a_runs) & set(b_runs)):
         a = per_prompt(final_rows(a_runs[seed]), SUMMARY[metric][1])
         b = per_prompt(final_rows(b_runs[seed]), SUMMARY[metric][1])
         d = np.array([a[p] - b[p] for p in a if p in b], dtype=np.float64)
         if np.isfinite(d).any():
-            out.append(d[np.isfinite(d)])
+            out[seed] = d[np.isfinite(d)]
     return out
 
 
@@ -196,7 +196,8 @@ def _bootstrap_rows(table: Path):
 
 def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Findings, opts: dict, seed: int) -> None:
     what = f"{what}: {row['metric']}"
-    groups = seed_differences(runs, side, base, row["metric"])
+    per_seed = seed_differences(runs, side, base, row["metric"])
+    groups = list(per_seed.values())
     if not groups:
         found.errors.append(f"{what}: no paired samples found for this row")
         return
@@ -204,7 +205,16 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
     found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
     levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
     (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
-    if len(groups) > 1:  # the bootstrap's own interval, the seed-level t interval, and their union (the verdict's)
+    if len(groups) > 1:  # each seed's difference, the bootstrap's own interval, the seed-level t one, their union
+        cell = row.get("seed_diffs")
+        reported = dict(item.split(":") for item in cell.split(";")) if isinstance(cell, str) and cell else {}
+        if sorted(reported) != sorted(map(str, per_seed)):
+            found.errors.append(
+                f"{what}: differences of seeds {sorted(reported)} reported, of {sorted(per_seed)} found"
+            )
+        for seed, g in per_seed.items():
+            value = _f(reported.get(str(seed)))  # printed to 6 significant digits
+            found.compare(f"{what}: seed {seed}'s difference", value, float(g.mean()), 1e-5)
         _check_interval(
             what + ": the bootstrap's", (_f(row.get("boot_lo")), _f(row.get("boot_hi"))), (lo, hi), found, opts
         )

@@ -32,8 +32,9 @@ CAPTIONS = {
     "equivalence": "Each regime's difference from the baseline on every verdict metric: marker at the estimate "
     "(circle equivalent, square different, diamond inconclusive), thin line its 95% interval, thick line its "
     "90% interval (the one TOST uses), grey band ± the equivalence margin, dashed line 0. Equivalent: the thick "
-    "line lies inside the grey band. Intervals: hierarchical bootstrap over seeds and prompts (or seed-level t "
-    "where a run has no samples.jsonl; see the verdict table).",
+    "line lies inside the grey band. Intervals: hierarchical bootstrap over seeds and prompts, with several seeds "
+    "widened to the seed-level t interval where that is wider (or seed-level t alone where a run has no "
+    "samples.jsonl; see the verdict table); with several seeds, ticks just below mark each seed's own difference.",
     "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
     "(the DPO paper's frontier; up and to the left is better). " + SEEDS,
     "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.equivalence import BOOT, DIFFERENT, EQUIVALENT, INCONCLUSIVE, null_control
+from analysis.equivalence import BOOT, DIFFERENT, EQUIVALENT, INCONCLUSIVE, null_control, parse_seed_cell
 from analysis.markdown import bracket, md_table, num, span
 from analysis.report_config import ReportConfig
 from analysis.samples import COUPLED
@@ -68,6 +68,7 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") ->
     """One row per regime and metric: difference, its intervals, the margin and the verdict (``label``: what the
     rows are)."""
     hi_pct, in_pct = 100 * (1 - cfg.alpha), 100 * (1 - 2 * cfg.alpha)
+    seeds = [parse_seed_cell(c) for c in (eq["seed_diffs"] if "seed_diffs" in eq else [""] * len(eq))]
     rows = [
         [
             f"`{r['regime']}`",
@@ -91,6 +92,10 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") ->
         "verdict",
         "interval, note",
     ]
+    if any(seeds):  # several seeds: each seed's own difference, the spread the seed-level t interval reads
+        header.insert(4, "each seed")
+        for row, per in zip(rows, seeds):
+            row.insert(4, ", ".join(num(v) for v in per.values()))
     return md_table(header, rows)
 
 

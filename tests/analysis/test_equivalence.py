@@ -11,6 +11,7 @@ from analysis import bootstrap
 from analysis.equivalence import compare, union_row, verdict
 from analysis.load import load_runs
 from analysis.report_config import Margin, ReportConfig, build_config, parse_margin
+from analysis.report_verdicts import verdict_table
 from analysis.samples import prompt_frame
 from analysis.stats import aggregate, positive_interval, t_interval
 from tests.analysis.synthetic import samples, write_run
@@ -53,6 +54,9 @@ def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
     assert (ema["seed_t_lo"], ema["seed_t_hi"]) == pytest.approx((0.02 - 1.27062, 0.02 + 1.27062), abs=1e-5)
     assert (ema["lo"], ema["hi"]) == (ema["seed_t_lo"], ema["seed_t_hi"])
     assert ema["verdict"] == "inconclusive" and "seed-level t wider" in ema["note"]
+    assert ema["seed_diffs"] == "0:0.12;1:-0.08"
+    table = verdict_table(v.reset_index(), ReportConfig()).splitlines()
+    assert "| each seed |" in table[0] and "| 0.12, -0.08 |" in table[2 + list(v.index).index(("ema", "reward_delta"))]
     assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(0.1 * v.loc[("nf4", "kl_true"), "baseline_mean"])
 
 

@@ -113,12 +113,12 @@ def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path)
     assert found.errors[0].startswith("full: algo.kl_estimator=k2 - algo.kl_estimator=k1: kl_true: reported")
 
 
-@pytest.mark.parametrize("column", [None, "seed_t_lo", "boot_hi", "lo"])
+@pytest.mark.parametrize("column", [None, "seed_t_lo", "boot_hi", "lo", "seed_diffs"])
 def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, column):
     """Three seeds whose int8 - full differences disagree (shifts 0, 0.5, 1, against prompt noise of about 0.1 in
     a seed's mean: the seed-level t interval is the wider):
     the report's rows agree with the recomputation, and a changed end of the seed-level t interval, of the
-    bootstrap's or of the union the verdict used is caught."""
+    bootstrap's, of the union the verdict used or of a seed's own difference is caught."""
     sweep, report = tmp_path / "sweep", tmp_path / "report"
     for seed in range(3):
         write_run(sweep, "full", seed, samples(seed, 24))
@@ -128,7 +128,13 @@ def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, colu
     row = table.index[table["metric"] == "reward_delta"][0]
     assert table.loc[row, "method"].startswith("union of hierarchical bootstrap and seed-level t (3 seeds")
     assert table.loc[row, "lo"] == table.loc[row, "seed_t_lo"] < table.loc[row, "boot_lo"]
-    if column is not None:
+    assert [float(x.split(":")[1]) for x in table.loc[row, "seed_diffs"].split(";")] == pytest.approx(
+        [0.0, 0.5, 1.0], abs=0.3
+    )
+    if column == "seed_diffs":  # seed 2's difference
+        table.loc[row, column] = table.loc[row, column].replace(";2:", ";2:1")
+        table.to_csv(report / "equivalence.csv", index=False)
+    elif column is not None:
         table.loc[row, column] -= 0.5 * (table.loc[row, "hi"] - table.loc[row, "lo"])
         table.to_csv(report / "equivalence.csv", index=False)
     found = Findings()
