@@ -162,7 +162,7 @@ def _problems_table(data: Runs) -> list[str]:
 
 
 def _seed_t_table(c: pd.DataFrame, baseline: str) -> str:
-    """The seed-level paired t-tests (kept beside the verdicts, which come from the bootstrap intervals)."""
+    """The seed-level paired t-tests (kept beside the verdicts, which come from the intervals over prompts and seeds)."""
     return md_table(
         ["regime", "metric", "n", "difference [95% CI]", "p (Holm)", "d_z", "t-test"],
         [
