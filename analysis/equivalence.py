@@ -64,10 +64,11 @@ def boot_method(per_seed) -> str:
 
 
 def seed_cell(per_seed: dict) -> str:
-    """``seed:difference`` of each seed, ``;``-separated (``equivalence.csv``'s ``seed_diffs``; empty with one seed)."""
+    """``seed:difference`` of each seed (every digit), ``;``-separated (``equivalence.csv``'s ``seed_diffs``; empty with
+    one seed)."""
     if len(per_seed) < 2:
         return ""
-    return ";".join(f"{seed}:{float(v):.6g}" for seed, v in per_seed.items())
+    return ";".join(f"{seed}:{float(v)!r}" for seed, v in per_seed.items())
 
 
 def parse_seed_cell(cell) -> dict:

@@ -14,7 +14,10 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   interval's width of the report's; with two seeds or more, the Student-t interval of the per-seed means must
   agree to ``--rtol`` and the union of the two (the interval the verdict used) to ``--itol``. A verdict that the
   separate bootstrap would give otherwise is listed as borderline, not as an error: its interval sits on a margin
-  or on 0.
+  or on 0;
+- with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
+  claim such as "full DPO improves on the SFT model" lives): the estimate to ``--rtol``, the 95% interval (with
+  several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``.
 
 Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
 """
@@ -63,6 +66,8 @@ SUMMARY: dict[str, tuple[tuple[str, ...], PerSample]] = {
 }
 #: the equivalence table's metrics that the samples give per prompt
 PER_PROMPT = ("reward_delta", "win_rate", "kl_true", "length")
+#: those that cannot be negative (a regime's own interval of them is a t interval on the log scale over seeds)
+POSITIVE = ("kl_true", "length")
 
 
 @functools.cache  # within one recheck: a run's samples serve its summary and every report row it is in
@@ -132,16 +137,28 @@ def recheck_summaries(runs: pd.DataFrame, found: Findings, rtol: float) -> None:
                 found.compare(f"{run.name}: {key}", _f(summary[key]), mean_of(per_prompt(rows, value).values()), rtol)
 
 
+def _last_runs(runs: pd.DataFrame, condition: str, label: str) -> dict:
+    """seed -> the run folder of (condition, regime) (the last one where a seed was run twice)."""
+    done = runs[runs["status"] == "finished"]
+    g = done[(done["condition"].astype(str) == condition) & (done["regime"] == label)]
+    return {seed: Path(r["path"].iloc[-1]) for seed, r in g.groupby("seed")}
+
+
+def seed_values(runs: pd.DataFrame, side: tuple[str, str], metric: str) -> dict:
+    """seed -> the per-prompt values of the runs of ``side`` (a (condition, regime) pair); NaNs dropped, seeds left
+    with none dropped."""
+    out = {}
+    for seed, run in sorted(_last_runs(runs, *side).items()):
+        v = np.array(list(per_prompt(final_rows(run), SUMMARY[metric][1]).values()), dtype=np.float64)
+        if np.isfinite(v).any():
+            out[seed] = v[np.isfinite(v)]
+    return out
+
+
 def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> dict:
     """seed -> (for each seed both have) the per-prompt differences between the runs of ``side`` and of ``base`` (each a
     (condition, regime) pair) on the prompts both evaluated; NaNs dropped, seeds left with none dropped."""
-    done = runs[runs["status"] == "finished"]
-
-    def last(condition: str, label: str) -> dict:
-        g = done[(done["condition"].astype(str) == condition) & (done["regime"] == label)]
-        return {seed: Path(r["path"].iloc[-1]) for seed, r in g.groupby("seed")}
-
-    a_runs, b_runs = last(*side), last(*base)
+    a_runs, b_runs = _last_runs(runs, *side), _last_runs(runs, *base)
     out = {}
     for seed in sorted(set(a_runs) & set(b_runs)):
         a = per_prompt(final_rows(a_runs[seed]), SUMMARY[metric][1])
@@ -187,6 +204,32 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
             _check_row(what, row, side, base, runs, found, opts, 10_000 + i)
 
 
+def recheck_primary(runs: pd.DataFrame, report: Path, found: Findings, opts: dict) -> None:
+    """Each bootstrap row of ``report/primary.csv`` (a regime's own value of a verdict metric): the estimate exactly,
+    the 95% interval to bootstrap noise (with two seeds or more: its union with the seed-level t interval, on the log
+    scale for a positive quantity)."""
+    if not (report / "primary.csv").is_file():
+        return
+    for i, row in _bootstrap_rows(report / "primary.csv"):
+        what = f"{row['condition']}: {row['regime']}: {row['metric']}"
+        per_seed = seed_values(runs, (row["condition"], row["regime"]), row["metric"])
+        groups = list(per_seed.values())
+        if not groups:
+            found.errors.append(f"{what}: no samples found for this row")
+            continue
+        found.rows += 1
+        found.compare(what, float(row["estimate"]), mean_of(g.mean() for g in groups), opts["rtol"])
+        ((lo, hi),) = boot_intervals(groups, opts["n_boot"], opts["seed"] + 20_000 + i, (1 - opts["alpha"],))
+        if len(groups) > 1:
+            means = [g.mean() for g in groups]
+            if row["metric"] in POSITIVE and min(means) > 0:  # on the log scale, back-transformed
+                tlo, thi = (math.exp(v) for v in t_bounds(np.log(means), 1 - opts["alpha"]))
+            else:
+                tlo, thi = t_bounds(means, 1 - opts["alpha"])
+            lo, hi = min(lo, tlo), max(hi, thi)
+        _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
+
+
 def _bootstrap_rows(table: Path):
     frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
     for i, row in frame.iterrows():
@@ -213,8 +256,7 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
                 f"{what}: differences of seeds {sorted(reported)} reported, of {sorted(per_seed)} found"
             )
         for seed, g in per_seed.items():
-            value = _f(reported.get(str(seed)))  # printed to 6 significant digits
-            found.compare(f"{what}: seed {seed}'s difference", value, float(g.mean()), 1e-5)
+            found.compare(f"{what}: seed {seed}'s difference", _f(reported.get(str(seed))), g.mean(), opts["rtol"])
         _check_interval(
             what + ": the bootstrap's", (_f(row.get("boot_lo")), _f(row.get("boot_hi"))), (lo, hi), found, opts
         )
@@ -230,7 +272,12 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
 
 def seed_t(groups: list[np.ndarray], level: float) -> tuple[float, float]:
     """The Student-t interval at ``level`` of the mean of the per-seed means (n - 1 degrees of freedom)."""
-    means = np.array([g.mean() for g in groups], dtype=np.float64)
+    return t_bounds([g.mean() for g in groups], level)
+
+
+def t_bounds(values, level: float) -> tuple[float, float]:
+    """The Student-t interval at ``level`` of the mean of ``values`` (n - 1 degrees of freedom)."""
+    means = np.array(values, dtype=np.float64)
     half = scipy_t.ppf((1 + level) / 2, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
     return float(means.mean() - half), float(means.mean() + half)
 
@@ -268,6 +315,7 @@ def recheck(
     recheck_summaries(runs, found, opts["rtol"])
     if report is not None:
         recheck_report(runs, report, baseline, found, opts)
+        recheck_primary(runs, report, found, opts)
     return found
 
 

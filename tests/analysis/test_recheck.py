@@ -12,7 +12,7 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.load import load_runs
-from analysis.recheck import Findings, recheck, recheck_report
+from analysis.recheck import Findings, recheck, recheck_primary, recheck_report
 from tests.analysis.synthetic import samples, write_run
 from tests.conftest import REPO
 
@@ -41,9 +41,10 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     report = REPO / "reports" / name
     found = recheck(folders, report, opts.get("baseline", "full"), regimes, n_boot=1000)
     assert found.errors == []
-    tables = [pd.read_csv(report / t) for t in ("equivalence.csv", "conditions.csv") if (report / t).is_file()]
+    names = ("equivalence.csv", "conditions.csv", "primary.csv")
+    tables = [pd.read_csv(report / t) for t in names if (report / t).is_file()]
     boot = sum(int(t["method"].str.contains("hierarchical bootstrap").sum()) for t in tables)
-    assert found.runs >= 10 and found.rows == boot >= 20  # every bootstrap row of both tables was checked
+    assert found.runs >= 10 and found.rows == boot >= 60  # every bootstrap row of the three tables was checked
 
 
 @pytest.fixture
@@ -145,3 +146,28 @@ def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, colu
         assert found.errors == []
     else:
         assert len(found.errors) == 1 and "int8 - full: reward_delta" in found.errors[0], found.errors
+
+
+@pytest.mark.parametrize("column, change", [(None, 0), ("estimate", 1e-6), ("lo", -0.5), ("hi", 0.5)])
+def test_a_regimes_own_interval_is_rechecked(tmp_path, column, change):
+    """primary.csv: each regime's own value with its interval (three seeds: the union with the seed-level t
+    interval, on the log scale for the true KL). A changed estimate or interval end is caught."""
+    sweep, report = tmp_path / "sweep", tmp_path / "report"
+    for seed in range(3):
+        write_run(sweep, "full", seed, samples(seed, 24, shift=0.3 * seed, kl=1.0 + seed))
+    assert main(["report", str(sweep), "--out", str(report), "--boot", "500"]) == 0
+    table = pd.read_csv(report / "primary.csv")
+    kl = table.index[table["metric"] == "kl_true"][0]
+    assert table.loc[kl, "method"].startswith("union of hierarchical bootstrap and seed-level t (3 seeds")
+    if column is not None:
+        table.loc[kl, column] += change * (table.loc[kl, "hi"] - table.loc[kl, "lo"])
+        table.to_csv(report / "primary.csv", index=False)
+    found = Findings()
+    recheck_primary(
+        load_runs(sweep).runs, report, found, {"rtol": 1e-9, "itol": 0.1, "n_boot": 1000, "seed": 1, "alpha": 0.05}
+    )
+    assert found.rows == 4
+    if column is None:
+        assert found.errors == []
+    else:
+        assert len(found.errors) == 1 and found.errors[0].startswith("all runs: full: kl_true:"), found.errors
