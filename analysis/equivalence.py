@@ -16,7 +16,7 @@ bootstrap over seeds and prompts (:mod:`analysis.bootstrap`) and, with two seeds
 interval of the per-seed means (``n_seeds - 1`` degrees of freedom); the interval used is their union, end by end.
 The bootstrap alone is too narrow with few seeds: resampling 4 seeds cannot show how far a fifth would fall, and
 where the seeds disagree more than their prompts do (training noise), its 95% interval covered the truth in about
-85% of simulated 4-seed sweeps and 75% of 2-seed ones (``tests/analysis/test_equivalence.py``). The seed-level t
+86% of simulated 4-seed sweeps and 75% of 2-seed ones (``tests/analysis/test_equivalence.py``). The seed-level t
 interval is exact for normal seed means but treats the shared prompt set as fixed; the bootstrap resamples the
 prompts. Where a run of the comparison has no ``samples.jsonl``, the interval is the seed-level paired Student-t
 interval of the summary values, and the row says so.
