@@ -255,8 +255,9 @@ def regime_intervals(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfi
 
 
 def null_control(cmp: pd.DataFrame, cfg: ReportConfig) -> list[str]:
-    """Markdown lines on the null control: whether it came out equivalent on every metric, per condition, and a
-    loud warning where it did not (then no verdict of the report should be trusted)."""
+    """Markdown lines on the null control, per condition: equivalent on every metric, as it must be; a loud warning
+    where it came out *different* on one (a bias: then no verdict of the report should be trusted); where it is only
+    *inconclusive*, a plain statement that the report is underpowered on those metrics."""
     name = cfg.null_control
     rows = cmp[cmp["regime"] == name] if len(cmp) else cmp
     if not len(rows):
@@ -271,19 +272,32 @@ def null_control(cmp: pd.DataFrame, cfg: ReportConfig) -> list[str]:
             f"  - the noise floor ({cond}): `{name}` - `{cfg.baseline}`, what a change that should do nothing "
             f"does to each verdict metric (95% intervals): {floor}."
         )
-        bad = g[g["verdict"] != EQUIVALENT]
-        if not len(bad):
-            lines.append(
-                f"- Null control ({cond}): `{name}` came out **equivalent** to `{cfg.baseline}` on "
-                f"{', '.join(f'`{m}`' for m in g['metric'])}, as it must."
-            )
-            lines.append(floor)
-        else:
-            which = ", ".join(f"`{r['metric']}` {r['verdict']}" for _, r in bad.iterrows())
+        different, unsure = g[g["verdict"] == DIFFERENT], g[g["verdict"] == INCONCLUSIVE]
+        if len(different):
+            which = ", ".join(f"`{r['metric']}` {r['verdict']}" for _, r in g[g["verdict"] != EQUIVALENT].iterrows())
             lines.append(
                 f"- **WARNING ({cond}): the null control `{name}` did NOT come out equivalent to `{cfg.baseline}` "
                 f"({which}). It should be indistinguishable from the baseline: no other verdict of this report "
                 "should be trusted.**"
             )
-            lines.append(floor)
+        elif len(unsure):
+            which = ", ".join(f"`{m}`" for m in unsure["metric"])
+            lines.append(
+                f"- **Null control ({cond}) inconclusive on {which}**: `{name}` is not different from "
+                f"`{cfg.baseline}`, but its interval is too wide to fit inside the margin: on "
+                f"{'that metric' if len(unsure) == 1 else 'those metrics'} this report cannot yet tell an effect as "
+                "large as the margin from none (more seeds), and other regimes' verdicts there are mostly "
+                "inconclusive for the same reason."
+                + (
+                    f" Equivalent, as it must be, on {', '.join(f'`{m}`' for m in g.loc[g['verdict'] == EQUIVALENT, 'metric'])}."
+                    if (g["verdict"] == EQUIVALENT).any()
+                    else ""
+                )
+            )
+        else:
+            lines.append(
+                f"- Null control ({cond}): `{name}` came out **equivalent** to `{cfg.baseline}` on "
+                f"{', '.join(f'`{m}`' for m in g['metric'])}, as it must."
+            )
+        lines.append(floor)
     return lines

@@ -54,6 +54,21 @@ def test_null_control_that_is_not_equivalent_warns(tmp_path):
     assert "`cached` - `full`" in floor and "`reward_delta` 0.2 [0.2, 0.2]" in floor
 
 
+def test_null_control_that_is_only_inconclusive_says_the_report_is_underpowered(tmp_path):
+    """cached differs from full by +0.04 on seed 0 and -0.04 on seed 1: not different, but the seed-level t interval
+    (1 degree of freedom) is far wider than the margin: underpowered, not a bias, and no warning."""
+    sweep = tmp_path / "sweep"
+    for seed, shift in ((0, 0.04), (1, -0.04)):
+        write_run(sweep, "full", seed, samples(seed, 8))
+        write_run(sweep, "cached", seed, samples(seed, 8, shift=shift))
+    assert main(["report", str(sweep), "--out", str(tmp_path / "r"), "--boot", "500"]) == 0
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "WARNING" not in text
+    (line,) = [ln for ln in text.splitlines() if "Null control (all runs)" in ln]
+    assert "inconclusive on `reward_delta`" in line and "cannot yet tell an effect" in line
+    assert "Equivalent, as it must be, on `win_rate`, `kl_true`, `length`." in line
+
+
 def test_failed_and_unfinished_runs_are_listed(tmp_path):
     text, _ = _report(tmp_path)
     section = text.split("## Runs not finished")[1].split("\n## ")[0]
