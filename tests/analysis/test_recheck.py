@@ -12,12 +12,13 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.load import load_runs
-from analysis.recheck import Findings, recheck, recheck_primary, recheck_report
+from analysis.recheck import PER_PROMPT, Findings, recheck, recheck_primary, recheck_report
 from tests.analysis.synthetic import samples, write_run
 from tests.conftest import REPO
 
 DPO = REPO / "reports" / "dpo_regimes"
 FULL, INT8 = "logger=none,ref=full,seed=0", "logger=none,ref=int8,seed=0"
+SEEDS = len(list((DPO / "runs" / "report_dpo").glob("logger=none,ref=full,seed=*")))
 
 
 def _report_args(name: str) -> tuple[list[str], dict]:
@@ -49,10 +50,11 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
 
 @pytest.fixture
 def two_runs(tmp_path):
-    """full and int8 (seed 0) of the committed DPO report, and its equivalence rows for int8 alone."""
+    """full and int8 (every seed) of the committed DPO report, and its equivalence rows for int8 alone."""
     sweep = tmp_path / "sweep"
-    for job in (FULL, INT8):
-        shutil.copytree(DPO / "runs" / "report_dpo" / job, sweep / job)
+    for job in (DPO / "runs" / "report_dpo").glob("logger=none,ref=*,seed=*"):
+        if job.name.split(",")[1] in ("ref=full", "ref=int8"):
+            shutil.copytree(job, sweep / job.name)
     report = tmp_path / "report"
     report.mkdir()
     table = pd.read_csv(DPO / "equivalence.csv")
@@ -62,7 +64,7 @@ def two_runs(tmp_path):
 
 def test_the_copied_runs_agree(two_runs):
     found = recheck([two_runs[0]], two_runs[1], n_boot=1000)
-    assert found.errors == [] and found.runs == 2 and found.rows == 4
+    assert found.errors == [] and found.runs == 2 * SEEDS and found.rows == 4
 
 
 def test_a_summary_figure_that_does_not_follow_from_the_samples_is_caught(two_runs):
@@ -89,13 +91,15 @@ def test_a_difference_or_interval_that_the_samples_do_not_give_is_caught(two_run
 def test_the_command_line_exits_1_on_a_disagreement_and_2_on_bad_input(two_runs, capsys):
     sweep, report = two_runs
     assert main(["recheck", str(sweep), "--report", str(report), "--boot", "500"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("recheck: 2 runs' summaries and 4 report rows")
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith(f"recheck: {2 * SEEDS} runs' summaries and 4 report rows")
     f = sweep / FULL / "summary.json"
     f.write_text(f.read_text().replace('"length": ', '"length": 1 + '))  # not JSON: the run is not finished
     assert main(["recheck", str(sweep), "--report", str(report), "--boot", "500"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert len([ln for ln in out if ln.startswith("DISAGREES  ")]) == 4  # int8's rows have no full to pair with
-    assert out[-1].endswith("; 1 runs not finished or without samples, not checked)")
+    bad = [ln for ln in out if ln.startswith("DISAGREES  ")]  # int8's seed 0 has no full to pair with
+    assert {m for m in PER_PROMPT if any(f"int8 - full: {m}:" in ln for ln in bad)} == set(PER_PROMPT)
+    assert "; 1 runs not finished or without samples, not checked" in out[-1]
     assert main(["recheck", str(sweep), "--report", str(sweep)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"analysis: error: no equivalence.csv in {sweep}"]
 
