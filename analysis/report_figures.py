@@ -34,7 +34,8 @@ CAPTIONS = {
     "90% interval (the one TOST uses), grey band ± the equivalence margin, dashed line 0. Equivalent: the thick "
     "line lies inside the grey band. Intervals: hierarchical bootstrap over seeds and prompts, with several seeds "
     "widened to the seed-level t interval where that is wider (or seed-level t alone where a run has no "
-    "samples.jsonl; see the verdict table); with several seeds, ticks just below mark each seed's own difference.",
+    "samples.jsonl; see the verdict table); with several seeds, ticks just below mark each seed's own difference. "
+    "An interval that runs on past the panel (beyond 4 margins and 1.5x the farthest estimate) ends in an arrow.",
     "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
     "(the DPO paper's frontier; up and to the left is better). " + SEEDS,
     "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "

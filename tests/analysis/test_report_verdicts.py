@@ -220,3 +220,20 @@ def test_a_cache_that_missed_gets_no_bench_time(monkeypatch, tmp_path):
     report_figures.make_figures(data, agg, pd.DataFrame(), tmp_path / "out", report_figures.ReportConfig(), bench)
     times = dict(zip(seen["agg"]["regime"], seen["agg"]["bench_ms_per_step_mean"]))
     assert times["full"] == 1000.0 and pd.isna(times["cached"])
+
+
+def test_one_wide_interval_does_not_squeeze_the_equivalence_panel():
+    """Margin 0.05, estimates within 0.1, one interval ±13 (two seeds that disagree): the panel reaches past every
+    estimate and seed but stops near the cap (4 margins, 1.5x the farthest point), not at 13; no margin: NaN."""
+    c = pd.DataFrame(
+        {
+            "diff": [0.02, -0.1],
+            "lo": [-0.01, -13.0],
+            "hi": [0.05, 13.0],
+            "seed_diffs": ["", "0:-0.12;1:-0.08"],
+        }
+    )
+    reach = figures_equivalence.panel_reach(c, 0.05)
+    assert 0.12 < reach <= 0.2 * 1.05 + 1e-12
+    assert figures_equivalence.panel_reach(c.iloc[:1], 0.05) == 0.05 * 1.05  # all inside the margin: the margin
+    assert figures_equivalence.panel_reach(c, float("nan")) != figures_equivalence.panel_reach(c, float("nan"))
