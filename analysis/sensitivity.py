@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats as sstats
 
 from analysis.figures import _save, plt, regime_colors
+from analysis.figures_equivalence import panel_reach
 from analysis.markdown import md_table, num, span
 from analysis.report_config import ReportConfig
 
@@ -34,7 +35,8 @@ CAPTION = (
     "Each stand-in's difference from the exact reference at the same beta, in units of the metric's equivalence "
     "margin (so the grey band, ±1, is the margin on every panel), against beta x the standard deviation of its "
     "reference margin error on the training pairs (log scale): marker at the estimate, thin line its 95% interval, "
-    "thick line its 90% interval (the one the equivalence test uses). Colour: regime; marker: beta. Points whose "
+    "thick line its 90% interval (the one the equivalence test uses); an interval that runs on past the panel (beyond "
+    "4 margins and 1.5x the farthest estimate) ends in an arrow. Colour: regime; marker: beta. Points whose "
     "beta x sd is 0 cannot be drawn on the log scale and are listed in the table only."
 )
 
@@ -121,11 +123,18 @@ def figure(f: pd.DataFrame, path: Path, baseline: str) -> Path:
     for ax, metric in zip(axes.flat, metrics):
         ax.axhspan(-1, 1, color="grey", alpha=0.15, lw=0)
         ax.axhline(0, color="black", lw=0.8, ls="--")
-        for _, r in drawn[drawn["metric"] == metric].iterrows():
+        points = drawn[drawn["metric"] == metric]
+        rel = points[["rel_diff", "rel_lo", "rel_hi"]].set_axis(["diff", "lo", "hi"], axis=1)
+        reach = panel_reach(rel, 1.0)  # in margins: one wide interval cannot squeeze the band
+        for _, r in points.iterrows():
             c, x = colors[r["ref_name"]], r["scaled"]
-            ax.plot([x, x], [r["rel_lo"], r["rel_hi"]], color=c, lw=1.0)
-            ax.plot([x, x], [r["rel_lo_inner"], r["rel_hi_inner"]], color=c, lw=3.0, solid_capstyle="butt")
+            for lo, hi, lw in ((r["rel_lo"], r["rel_hi"], 1.0), (r["rel_lo_inner"], r["rel_hi_inner"], 3.0)):
+                ax.plot([x, x], np.clip([lo, hi], -reach, reach), color=c, lw=lw, solid_capstyle="butt")
+            for end, edge in ((r["rel_lo"], -reach), (r["rel_hi"], reach)):  # past the panel: an arrow at the edge
+                if abs(end) > reach:
+                    ax.plot(x, edge, "v" if edge < 0 else "^", color=c, ms=6)
             ax.plot(x, r["rel_diff"], marker[float(r["beta"])], color=c, mec="black", ms=6)
+        ax.set_ylim(-1.08 * reach, 1.08 * reach)
         ax.set_xscale("log")
         ax.set_xlabel("beta x sd(reference margin error)")
         ax.set_ylabel(f"({metric}: regime - {baseline}) / margin")
