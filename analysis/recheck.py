@@ -212,22 +212,31 @@ def recheck_primary(runs: pd.DataFrame, report: Path, found: Findings, opts: dic
         return
     for i, row in _bootstrap_rows(report / "primary.csv"):
         what = f"{row['condition']}: {row['regime']}: {row['metric']}"
-        per_seed = seed_values(runs, (row["condition"], row["regime"]), row["metric"])
-        groups = list(per_seed.values())
-        if not groups:
-            found.errors.append(f"{what}: no samples found for this row")
+        groups = _estimate_checked(
+            what, seed_values(runs, (row["condition"], row["regime"]), row["metric"]), row, found, opts
+        )
+        if groups is None:
             continue
-        found.rows += 1
-        found.compare(what, float(row["estimate"]), mean_of(g.mean() for g in groups), opts["rtol"])
         ((lo, hi),) = boot_intervals(groups, opts["n_boot"], opts["seed"] + 20_000 + i, (1 - opts["alpha"],))
         if len(groups) > 1:
-            means = [g.mean() for g in groups]
-            if row["metric"] in POSITIVE and min(means) > 0:  # on the log scale, back-transformed
-                tlo, thi = (math.exp(v) for v in t_bounds(np.log(means), 1 - opts["alpha"]))
-            else:
-                tlo, thi = t_bounds(means, 1 - opts["alpha"])
+            tlo, thi = seed_t(groups, 1 - opts["alpha"], positive=row["metric"] in POSITIVE)
             lo, hi = min(lo, tlo), max(hi, thi)
         _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
+
+
+def _estimate_checked(what: str, per_seed: dict, row: dict, found: Findings, opts: dict) -> list[np.ndarray] | None:
+    """The per-seed values as a list, after checking the row's estimate (``diff`` in a comparison's row,
+    ``estimate`` in a regime's own) against their mean over seeds of the mean over prompts; None (an error noted)
+    when no run gave any."""
+    paired = "diff" in row
+    groups = list(per_seed.values())
+    if not groups:
+        found.errors.append(f"{what}: no {'paired ' * paired}samples found for this row")
+        return None
+    found.rows += 1
+    reported = row["diff"] if paired else row["estimate"]
+    found.compare(what, float(reported), mean_of(g.mean() for g in groups), opts["rtol"])
+    return groups
 
 
 def _bootstrap_rows(table: Path):
@@ -240,12 +249,9 @@ def _bootstrap_rows(table: Path):
 def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Findings, opts: dict, seed: int) -> None:
     what = f"{what}: {row['metric']}"
     per_seed = seed_differences(runs, side, base, row["metric"])
-    groups = list(per_seed.values())
-    if not groups:
-        found.errors.append(f"{what}: no paired samples found for this row")
+    groups = _estimate_checked(what, per_seed, row, found, opts)
+    if groups is None:
         return
-    found.rows += 1
-    found.compare(what, float(row["diff"]), mean_of(g.mean() for g in groups), opts["rtol"])
     levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
     (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
     if len(groups) > 1:  # each seed's difference, the bootstrap's own interval, the seed-level t one, their union
@@ -270,16 +276,15 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
 
 
-def seed_t(groups: list[np.ndarray], level: float) -> tuple[float, float]:
-    """The Student-t interval at ``level`` of the mean of the per-seed means (n - 1 degrees of freedom)."""
-    return t_bounds([g.mean() for g in groups], level)
-
-
-def t_bounds(values, level: float) -> tuple[float, float]:
-    """The Student-t interval at ``level`` of the mean of ``values`` (n - 1 degrees of freedom)."""
-    means = np.array(values, dtype=np.float64)
-    half = scipy_t.ppf((1 + level) / 2, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
-    return float(means.mean() - half), float(means.mean() + half)
+def seed_t(groups: list[np.ndarray], level: float, positive: bool = False) -> tuple[float, float]:
+    """The Student-t interval at ``level`` of the mean of the per-seed means (n - 1 degrees of freedom); ``positive``
+    (and every mean above 0): on the log scale, back-transformed."""
+    means = np.array([g.mean() for g in groups], dtype=np.float64)
+    log = positive and means.min() > 0
+    x = np.log(means) if log else means
+    half = scipy_t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    lo, hi = float(x.mean() - half), float(x.mean() + half)
+    return (math.exp(lo), math.exp(hi)) if log else (lo, hi)
 
 
 def _check_interval(what: str, reported: tuple[float, float], again: tuple[float, float], found, opts) -> None:
