@@ -4,7 +4,7 @@ The report's verdicts compare each regime with the baseline *within* a condition
 the first question is what that setting does to the exact reference itself (the DPO paper's reward-KL frontier moving
 with beta; GRPO's KL estimator and its placement). This section answers it with the same machinery: the baseline's
 runs, relabelled by condition, each compared with the *reference condition* (the one with the most baseline seeds;
-ties: the first in the report's order) by the same paired intervals and the same verdict rule. The
+ties: the first in the conditions' natural order) by the same paired intervals and the same verdict rule. The
 pairing holds because every condition evaluates the same prompts with the same coupled random streams per seed.
 """
 
@@ -15,25 +15,29 @@ import dataclasses
 import pandas as pd
 
 from analysis.equivalence import compare, regime_intervals
+from analysis.load import natural_key
 from analysis.report_config import ReportConfig
 from analysis.report_verdicts import own_table, verdict_table
 
 
 def reference_condition(runs: pd.DataFrame, baseline: str) -> str | None:
-    """The condition whose baseline runs have the most seeds (first in order on a tie); None without two."""
+    """The condition whose baseline runs have the most seeds (the first in natural order on a tie); None without
+    two."""
     done = runs[(runs["status"] == "finished") & (runs["regime"] == baseline)]
     seeds = done.groupby("condition", sort=False)["seed"].nunique()
+    seeds = seeds.loc[sorted(seeds.index, key=natural_key)]
     if len(seeds) < 2:
         return None
     return str(seeds.idxmax())
 
 
 def _relabelled(frame: pd.DataFrame, baseline: str, label: str) -> pd.DataFrame:
-    """The baseline's rows with their condition as the regime, all in one condition ``label``."""
+    """The baseline's rows with their condition as the regime, all in one condition ``label``, in the conditions'
+    natural order (``beta=0.03``, ``0.1``, ``0.3``: the tables list them in the order the rows come)."""
     f = frame[frame["regime"] == baseline].copy()
     f["regime"] = f["condition"].astype(str)
     f["condition"] = label
-    return f
+    return f.sort_values("regime", key=lambda s: s.map(natural_key), kind="stable")
 
 
 def across(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> tuple[pd.DataFrame, pd.DataFrame, str]:

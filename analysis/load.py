@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,16 @@ def _minimal(frame: pd.DataFrame, cols: list[str]) -> list[str]:
 def base_regime(label: str) -> str:
     """The reference's name in a regime label :func:`label_conditions` made (``ema(alpha=0.1)`` -> ``ema``)."""
     return str(label).split("(")[0]
+
+
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+
+
+def natural_key(label: str) -> tuple:
+    """A condition label's sort key with its numbers compared as numbers (``algo.beta=0.03`` < ``algo.beta=0.1``
+    < ``algo.beta=0.3``; ``steps=9`` < ``steps=10``), the rest as text."""
+    parts = _NUMBER.split(str(label))
+    return tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts))
 
 
 def label_conditions(runs: pd.DataFrame) -> None:

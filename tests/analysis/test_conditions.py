@@ -101,3 +101,22 @@ def test_reproduce_lines_archive_each_report_s_copies():
         f"python -m analysis archive runs/sweeps/report_beta --out {out / 'runs'}",
         f"python -m analysis archive runs/sweeps/report_dpo --out {REPO / 'reports' / 'dpo_regimes' / 'runs'}",
     ]
+
+
+def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_path):
+    from analysis.load import natural_key
+
+    assert sorted(["steps=10", "steps=9", "beta=0.3", "beta=0.03", "beta=1e-05"], key=natural_key) == [
+        "beta=1e-05",
+        "beta=0.03",
+        "beta=0.3",
+        "steps=9",
+        "steps=10",
+    ]
+    root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
+    assert _report(root / "beta0.3", root / "beta0.03", "--out", out, "--regimes", "full,int8") == 0
+    text = (out / "report.md").read_text()
+    assert text.index("## algo.beta=0.03:") < text.index("## algo.beta=0.3:")
+    across = text.split("across conditions: what the setting itself does")[1]
+    assert across.index("| `algo.beta=0.03` |") < across.index("| `algo.beta=0.3` |")
+    assert "against **algo.beta=0.03** (the one with the most `full` seeds)" in across  # the tie goes to the first
