@@ -10,6 +10,8 @@ import pandas as pd
 from analysis import figures
 from analysis.bench_costs import step_ms
 from analysis.figures_equivalence import equivalence as equivalence_figure
+from analysis.figures_frontier import CAPTION as FRONTIER_BY_CONDITION
+from analysis.figures_frontier import frontier_by_condition
 from analysis.load import Runs, base_regime
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
@@ -38,6 +40,7 @@ CAPTIONS = {
     "An interval that runs on past the panel (beyond 4 margins and 1.5x the farthest estimate) ends in an arrow.",
     "frontier": "Gold reward and win rate against the true KL to the full reference, at each evaluation "
     "(the DPO paper's frontier; up and to the left is better). " + SEEDS,
+    "frontier by condition": FRONTIER_BY_CONDITION,
     "kl_error": "Left: the stand-in divergence (exact KL from the policy to the regime's reference, on the "
     "policy's fresh evaluation samples) vs the true KL to the full reference, one point per run (log-log; on the "
     "dashed line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
@@ -82,7 +85,10 @@ def make_figures(
     if len(eq):
         figs["equivalence"] = equivalence_figure(eq, d / "equivalence.png", cfg.baseline, colors)
     if not curves.empty and figures.KL_TRUE in curves:
-        figs["frontier"] = figures.frontier(curves, d / "frontier.png", colors)
+        if several:  # colour the regime, marker the condition: the frontier moving with the setting
+            figs["frontier by condition"] = frontier_by_condition(data.curves, d / "frontier.png", cfg.baseline)
+        else:
+            figs["frontier"] = figures.frontier(curves, d / "frontier.png", colors)
         figs["training"] = figures.training(curves, d / "training.png", colors)
         figs["drift"] = figures.drift(curves, d / "drift.png", colors)
     figs["kl_error"] = figures.kl_error(fig_runs, d / "kl_error.png", colors)

@@ -120,3 +120,30 @@ def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_
     across = text.split("across conditions: what the setting itself does")[1]
     assert across.index("| `algo.beta=0.03` |") < across.index("| `algo.beta=0.3` |")
     assert "against **algo.beta=0.03** (the one with the most `full` seeds)" in across  # the tie goes to the first
+
+
+def test_the_frontier_across_conditions_joins_a_numeric_setting_s_points_at_each_run_s_last_evaluation(tmp_path):
+    from analysis.figures import KL_TRUE, REWARD_GOLD
+    from analysis.figures_frontier import final_points, numeric_setting
+
+    assert numeric_setting(["algo.beta=0.3", "algo.beta=0.03"]) == "algo.beta"
+    assert numeric_setting(["algo.kl_estimator=k1, algo.kl_placement=reward", "algo.kl_estimator=k2"]) is None
+    assert numeric_setting(["algo.beta=0.1", "algo.learning_rate=1e-05"]) is None  # two settings: no line
+    curves = pd.DataFrame(
+        {
+            "path": ["a", "a", "b", "b", "c"],
+            "step": [0, 20, 0, 20, 20],
+            "condition": ["beta=0.1"] * 4 + ["beta=0.3"],
+            "regime": ["full"] * 5,
+            KL_TRUE: [0.0, 1.0, 0.0, 3.0, 0.5],
+            REWARD_GOLD: [0.1, 0.2, 0.1, 0.4, 0.15],
+        }
+    )
+    pts = final_points(curves).set_index("condition")
+    assert pts.loc["beta=0.1", KL_TRUE] == 2.0 and pts.loc["beta=0.1", f"{KL_TRUE}_min"] == 1.0  # step 0 left out
+    assert pts.loc["beta=0.1", f"{REWARD_GOLD}_max"] == pytest.approx(0.4) and pts.loc["beta=0.3", KL_TRUE] == 0.5
+    root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
+    assert _report(root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8") == 0
+    text = (out / "report.md").read_text()
+    assert "![frontier by condition](figures/frontier.png)" in text and "marker the condition" in text
+    assert (out / "figures" / "frontier.png").stat().st_size > 10_000
