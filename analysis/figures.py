@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from ablate.tracking import schema  # noqa: E402
 
@@ -119,9 +120,17 @@ def frontier(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Pa
     return _save(fig, path)
 
 
-def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
+def kl_error(
+    runs: pd.DataFrame,
+    path: Path,
+    colors: dict | None = None,
+    markers: dict | None = None,
+    groups: dict | None = None,
+) -> Path:
     """True KL vs the stand-in divergence per run at the end, and their absolute difference at step 0 and at the
-    end (bars: mean over seeds, error bars: the seeds' range)."""
+    end (bars: mean over seeds, error bars: the seeds' range). With several conditions, ``markers``: a label's
+    marker (its condition's) and ``groups``: a label's (regime, condition), for a legend of regimes and conditions
+    instead of every label, and bars named by regime over the condition."""
     done = runs[runs["status"] == "finished"]
     colors = _colors(colors, done["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -132,7 +141,10 @@ def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path
         g = done[(done["regime"] == r)].astype({"kl_true": float, "kl_approx": float})
         g = g[(g["kl_true"] > 0) & (g["kl_approx"] > 0)]
         if len(g):
-            ax.scatter(g["kl_true"], g["kl_approx"], color=colors[r], label=r, s=22)
+            mk = (markers or {}).get(r, "o")
+            ax.scatter(
+                g["kl_true"], g["kl_approx"], color=colors[r], label=r, s=22, marker=mk, edgecolor="black", lw=0.3
+            )
     if len(pos):
         lo, hi = float(pos.min().min()) / 2, float(pos.max().max()) * 2
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="stand-in = true")
@@ -141,11 +153,22 @@ def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path
     ax.set_xlabel("true KL at the end (nats per response)")
     ax.set_ylabel("stand-in divergence KL(policy || regime ref) at the end")
     ax.set_title("stand-in divergence vs true KL\n(one point per run)", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    if groups and markers:  # one entry per regime (its colour) and per condition (its marker)
+        drawn = {r for r in done["regime"] if ((done["regime"] == r) & (done["kl_approx"].astype(float) > 0)).any()}
+        shown = [r for r in groups if r in drawn]
+        handles = {groups[r][0]: Line2D([], [], ls="", marker="o", color=colors[r], label=groups[r][0]) for r in shown}
+        handles |= {
+            groups[r][1]: Line2D([], [], ls="", marker=markers[r], color="grey", label=groups[r][1]) for r in shown
+        }
+        extra = [h for h in ax.get_legend_handles_labels()[0] if h.get_label() == "stand-in = true"]
+        ax.legend(handles=list(handles.values()) + extra, fontsize=7, ncol=2)
+    else:
+        ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
 
     ax = axes[1]
-    regs = [r for r in ordered(done["regime"]) if done[done["regime"] == r]["kl_abs_err"].notna().any()]
+    order = [r for r in groups if r in set(done["regime"])] if groups else ordered(done["regime"])  # groups: by regime
+    regs = [r for r in order if done[done["regime"] == r]["kl_abs_err"].notna().any()]
     x = np.arange(len(regs))
     for off, col, label in ((-0.2, "kl_abs_err_step0", "step 0"), (0.2, "kl_abs_err", "end")):
         if col not in done:
@@ -169,7 +192,8 @@ def kl_error(runs: pd.DataFrame, path: Path, colors: dict | None = None) -> Path
             edgecolor="black",
             lw=0.5,
         )
-    ax.set_xticks(x, regs, rotation=30, ha="right")
+    ticks = [f"{groups[r][0]} ({groups[r][1]})" if groups and r in groups else r for r in regs]
+    ax.set_xticks(x, ticks, rotation=30 if not groups else 60, ha="right", fontsize=8 if not groups else 7)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylabel("|stand-in div. - true KL| (nats per response)")
     ax.set_title("stand-in divergence error by regime\n(pale: step 0, solid: end; mean over seeds)", fontsize=10)
@@ -237,9 +261,18 @@ JOB_TIME = ("ref_ms_per_step", "reference time per training step (ms), as each j
 BENCH_TIME = ("bench_ms_per_step", "reference time per DPO step (ms), from the bench")
 
 
-def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None, time: tuple[str, str] = JOB_TIME) -> Path:
+def pareto(
+    agg: pd.DataFrame,
+    path: Path,
+    colors: dict | None = None,
+    time: tuple[str, str] = JOB_TIME,
+    markers: dict | None = None,
+    groups: dict | None = None,
+) -> Path:
     """Cost (reference bytes, reference time per step: ``time``'s column and label) against fidelity
-    (:func:`fidelity_axis`). A regime without a time (not in the bench) is left out of the time panel only."""
+    (:func:`fidelity_axis`). A regime without a time (not in the bench) is left out of the time panel only.
+    With several conditions, ``markers``: a label's marker (its condition's) and ``groups``: a label's (regime,
+    condition): a point is named by its regime, once (beside the first), and a legend gives the markers."""
     col_y, label_y = fidelity_axis(agg)
     a = agg[agg[f"{col_y}_mean"].notna()].reset_index(drop=True)
     colors = _colors(colors, a["regime"])
@@ -257,14 +290,23 @@ def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None, time: tupl
             if np.isfinite(a.loc[i, f"{col_y}_lo"]):
                 yerr = [[ys[i] - a.loc[i, f"{col_y}_lo"]], [a.loc[i, f"{col_y}_hi"] - ys[i]]]
                 yerr = np.clip(np.asarray(yerr, dtype=float), 0, None)
-            ax.errorbar(xs[i], ys[i], yerr=yerr, fmt="o", color=colors[r], capsize=3)
+            mk = (markers or {}).get(r, "o")
+            ax.errorbar(xs[i], ys[i], yerr=yerr, fmt=mk, color=colors[r], mec="black", mew=0.4, capsize=3)
         front = _pareto_front(xs, ys)
         if len(front) > 1:
             ax.plot(xs[front], ys[front], color="black", lw=0.8, ls=":", label="Pareto front")
+        if groups and markers:  # the conditions' markers
+            conds = {groups[r][1]: markers[r] for r in a["regime"] if r in groups}
+            for c, mk in conds.items():
+                ax.plot([], [], ls="", marker=mk, color="grey", mec="black", label=c)
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         ax.set_yscale("symlog", linthresh=1e-3)
         shown = np.isfinite(xs)
-        _labels(ax, xs[shown], ys[shown], list(a["regime"][shown]), log_y=True)
+        text = [(groups or {}).get(r, (r,))[0] for r in a["regime"][shown]]
+        text = [t if t not in text[:i] else "" for i, t in enumerate(text)]  # once per name
+        keep = [i for i, t in enumerate(text) if t]
+        _labels(ax, xs[shown][keep], ys[shown][keep], [text[i] for i in keep], log_y=True)
         ax.set_xlabel(label)
         ax.set_ylabel(label_y, fontsize=9)
         ax.grid(alpha=0.3)
@@ -273,8 +315,9 @@ def pareto(agg: pd.DataFrame, path: Path, colors: dict | None = None, time: tupl
     return _save(fig, path)
 
 
-def training(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
-    """Training loss per step and true KL per evaluation, per regime (mean over seeds, band: the seeds' range)."""
+def training(curves: pd.DataFrame, path: Path, colors: dict | None = None, title: str = "") -> Path:
+    """Training loss per step and true KL per evaluation, per regime (mean over seeds, band: the seeds' range);
+    ``title`` above both panels (the condition, where a report has several)."""
     colors = _colors(colors, curves["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     if TRAIN_LOSS in curves:
@@ -300,11 +343,14 @@ def training(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Pa
     axes[1].set_title("true KL (solid) and the stand-in divergence (dotted)")
     for ax in axes:
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
     return _save(fig, path)
 
 
-def drift(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
-    """Length, repetition, unsafe rate and perplexity over training (mean over seeds, band: the seeds' range)."""
+def drift(curves: pd.DataFrame, path: Path, colors: dict | None = None, title: str = "") -> Path:
+    """Length, repetition, unsafe rate and perplexity over training (mean over seeds, band: the seeds' range);
+    ``title``: the condition, where a report has several."""
     panels = [
         (LENGTH, "response length (tokens)"),
         (REP_2, "repeated bigram fraction"),
@@ -325,5 +371,6 @@ def drift(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
         ax.grid(alpha=0.3)
     if axes[0, 0].get_legend_handles_labels()[0]:
         axes[0, 0].legend(fontsize=7, ncol=2)
-    fig.suptitle("behaviour drift over training (mean over seeds; band: lowest to highest seed)")
+    head = "behaviour drift over training (mean over seeds; band: lowest to highest seed)"
+    fig.suptitle(f"{title}: {head}" if title else head)
     return _save(fig, path)

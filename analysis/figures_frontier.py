@@ -25,6 +25,11 @@ CAPTION = (
 )
 
 
+def condition_markers(conditions) -> dict[str, str]:
+    """Each condition's marker, in the order given (the conditions' natural order: the same in every figure)."""
+    return {c: CONDITION_MARKERS[i % len(CONDITION_MARKERS)] for i, c in enumerate(conditions)}
+
+
 def numeric_setting(conditions) -> str | None:
     """The setting's name when every condition is ``<one setting>=<a number>`` of the same setting, else None."""
     names = {m.group(1) if (m := _ONE_NUMBER.match(str(c))) else None for c in conditions}
@@ -42,13 +47,14 @@ def final_points(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([mean, lo.add_suffix("_min"), hi.add_suffix("_max")], axis=1).reset_index()
 
 
-def frontier_by_condition(curves: pd.DataFrame, path: Path, baseline: str = "full") -> Path:
+def frontier_by_condition(curves: pd.DataFrame, path: Path, baseline: str = "full", colors: dict | None = None) -> Path:
     """Two panels (gold reward, win rate) against the true KL: see :data:`CAPTION`. The baseline's markers are
-    drawn larger, so that a regime identical to it (the null control) leaves it visible as a ring."""
+    drawn larger, so that a regime identical to it (the null control) leaves it visible as a ring. ``colors``: each
+    regime's (the report's other figures' colours)."""
     m = final_points(curves)
     conditions = sorted(m["condition"].astype(str).unique(), key=natural_key)
-    marker = {c: CONDITION_MARKERS[i % len(CONDITION_MARKERS)] for i, c in enumerate(conditions)}
-    colors = regime_colors(m["regime"])
+    marker = condition_markers(conditions)
+    colors = colors if colors is not None else regime_colors(m["regime"])
     joined = numeric_setting(conditions) is not None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     for ax, y, label in (

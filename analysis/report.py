@@ -20,7 +20,7 @@ from analysis.load import Runs, base_regime, natural_key
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
 from analysis.report_config import ReportConfig
-from analysis.report_figures import figure_lines, make_figures
+from analysis.report_figures import figure_lines, make_figures, remove_stale
 from analysis.report_verdicts import condition_sections, null_control_lines, statistics_lines, verdict_findings
 from analysis.samples import prompt_frame
 from analysis.sensitivity import section as sensitivity_section
@@ -296,6 +296,7 @@ def write_report(
     lines += beta_lines
     if beta_fig is not None:
         figs["sensitivity"] = beta_fig
+    remove_stale(figs, out)
     lines += figure_lines(figs, out, bench=bench is not None)
     lines += ["## What the numbers show", ""]
     found = verdict_findings(eq, cfg) + findings(agg, baseline)

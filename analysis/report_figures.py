@@ -11,8 +11,8 @@ from analysis import figures
 from analysis.bench_costs import step_ms
 from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.figures_frontier import CAPTION as FRONTIER_BY_CONDITION
-from analysis.figures_frontier import frontier_by_condition
-from analysis.load import Runs, base_regime
+from analysis.figures_frontier import condition_markers, frontier_by_condition
+from analysis.load import Runs, base_regime, natural_key
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
 
@@ -55,10 +55,30 @@ CAPTIONS = {
 }
 
 
+LABEL_SEP = " | "  # a figure label with several conditions: "<condition> | <regime>"
+
+
 def _labelled(frame: pd.DataFrame, by_condition: bool) -> pd.DataFrame:
     if not by_condition or frame.empty:
         return frame
-    return frame.assign(regime=frame["condition"] + " | " + frame["regime"])
+    return frame.assign(regime=frame["condition"] + LABEL_SEP + frame["regime"])
+
+
+def label_colors(labels) -> dict[str, tuple]:
+    """Each figure label's colour: its regime's (``<condition> | <regime>`` takes ``<regime>``'s), so that a
+    regime keeps one colour in every figure and under every condition."""
+    own = figures.regime_colors({str(lb).split(LABEL_SEP)[-1] for lb in labels})
+    return {lb: own[str(lb).split(LABEL_SEP)[-1]] for lb in labels}
+
+
+def _condition_keys(labels: list[str], conditions: list[str]) -> tuple[dict, dict]:
+    """With several conditions: each label's marker (its condition's) and its (regime, condition), the latter in the
+    order the figures list them: by regime, then by condition in natural order."""
+    by_cond = condition_markers(conditions)
+    markers = {lb: by_cond[lb.split(LABEL_SEP)[0]] for lb in labels}
+    regimes = figures.ordered({lb.split(LABEL_SEP)[-1] for lb in labels})
+    order = [f"{c}{LABEL_SEP}{r}" for r in regimes for c in conditions]
+    return markers, {lb: (lb.split(LABEL_SEP)[-1], lb.split(LABEL_SEP)[0]) for lb in order if lb in set(labels)}
 
 
 def make_figures(
@@ -77,37 +97,54 @@ def make_figures(
                 for c, r in zip(agg["condition"], agg["regime"])
             ]
         )
-    several = runs["condition"].nunique() > 1  # then one line per condition and regime
+    # the conditions with finished runs (a condition whose every job failed, such as a broken model, draws nothing)
+    finished = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
+    conditions = sorted(finished["condition"].astype(str).unique(), key=natural_key)
+    several = len(conditions) > 1  # then one point or line per condition and regime
     curves, fig_runs, fig_agg = (_labelled(f, several) for f in (data.curves, runs, agg))
-    colors = figures.regime_colors(report_labels(data))
+    labels = report_labels(data, several)
+    colors = label_colors(labels)  # a regime's colour in every figure, whatever the condition
+    names = {lb: lb.split(LABEL_SEP)[-1] for lb in labels}
+    markers, groups = _condition_keys(labels, conditions) if several else (None, None)
     d = out / "figures"
     figs = {}
     if len(eq):
         figs["equivalence"] = equivalence_figure(eq, d / "equivalence.png", cfg.baseline, colors)
     if not curves.empty and figures.KL_TRUE in curves:
         if several:  # colour the regime, marker the condition: the frontier moving with the setting
-            figs["frontier by condition"] = frontier_by_condition(data.curves, d / "frontier.png", cfg.baseline)
+            own = {r: colors[lb] for lb, r in names.items()}
+            figs["frontier by condition"] = frontier_by_condition(data.curves, d / "frontier.png", cfg.baseline, own)
+            for name, draw in (("training", figures.training), ("drift", figures.drift)):
+                for i, cond in enumerate(conditions, 1):  # one figure per condition: readable, the regimes' colours
+                    c = data.curves[data.curves["condition"] == cond]
+                    figs[f"{name}, {cond}"] = draw(c, d / f"{name}_{i}.png", own, title=cond)
         else:
             figs["frontier"] = figures.frontier(curves, d / "frontier.png", colors)
-        figs["training"] = figures.training(curves, d / "training.png", colors)
-        figs["drift"] = figures.drift(curves, d / "drift.png", colors)
-    figs["kl_error"] = figures.kl_error(fig_runs, d / "kl_error.png", colors)
+            figs["training"] = figures.training(curves, d / "training.png", colors)
+            figs["drift"] = figures.drift(curves, d / "drift.png", colors)
+    figs["kl_error"] = figures.kl_error(fig_runs, d / "kl_error.png", colors, markers, groups)
     if len(agg):
         time = figures.BENCH_TIME if bench is not None else figures.JOB_TIME
-        figs["pareto"] = figures.pareto(fig_agg, d / "pareto.png", colors, time=time)
+        figs["pareto"] = figures.pareto(fig_agg, d / "pareto.png", colors, time=time, markers=markers, groups=groups)
     return figs
 
 
-def report_labels(data: Runs) -> list[str]:
-    """Every regime label the report's figures draw (``condition | regime`` when there are several conditions)."""
-    runs = data.runs
-    return sorted(set(_labelled(runs, runs["condition"].nunique() > 1)["regime"].astype(str)))
+def remove_stale(figs: dict[str, Path], out: Path) -> None:
+    """Delete the PNGs in ``out/figures`` that this report did not draw (from an earlier run of it: say
+    ``training.png`` once the runs vary a setting and it draws ``training_1.png``...)."""
+    for stale in set((out / "figures").glob("*.png")) - set(figs.values()):
+        stale.unlink()
+
+
+def report_labels(data: Runs, several: bool) -> list[str]:
+    """Every regime label the report's figures draw (``condition | regime`` when there are ``several`` conditions)."""
+    return sorted(set(_labelled(data.runs, several)["regime"].astype(str)))
 
 
 def figure_lines(figs: dict[str, Path], out: Path, bench: bool = False) -> list[str]:
     """Each figure with its caption under it (``bench``: the Pareto figure's times are the bench's)."""
     lines = ["## Figures", ""]
     for name, path in figs.items():
-        caption = PARETO_BENCH if name == "pareto" and bench else CAPTIONS[name]
+        caption = PARETO_BENCH if name == "pareto" and bench else CAPTIONS[name.split(",")[0]]  # "training, <cond>"
         lines += [f"![{name}]({path.relative_to(out)})", "", f"*Figure ({name}).* {caption}", ""]
     return lines

@@ -147,3 +147,21 @@ def test_the_frontier_across_conditions_joins_a_numeric_setting_s_points_at_each
     text = (out / "report.md").read_text()
     assert "![frontier by condition](figures/frontier.png)" in text and "marker the condition" in text
     assert (out / "figures" / "frontier.png").stat().st_size > 10_000
+    # training and drift: one figure per condition, in natural order; a figure no longer drawn does not linger
+    assert text.index("](figures/training_1.png)") < text.index("](figures/training_2.png)")
+    assert "![training, algo.beta=0.03](figures/training_1.png)" in text and "![drift, algo.beta=0.3]" in text
+    (out / "figures" / "old.png").write_bytes(b"")
+    assert _report(root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8") == 0
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "drift_1.png", "drift_2.png", "equivalence.png", "frontier.png", "kl_error.png", "pareto.png",
+        "sensitivity.png", "training_1.png", "training_2.png",
+    ]  # fmt: skip
+
+
+def test_a_regime_keeps_its_colour_under_every_condition():
+    from analysis.figures import regime_colors
+    from analysis.report_figures import label_colors
+
+    colors = label_colors(["beta=0.03 | int8", "beta=0.3 | int8", "beta=0.3 | full", "beta=0.03 | full"])
+    assert colors["beta=0.03 | int8"] == colors["beta=0.3 | int8"] == regime_colors(["full", "int8"])["int8"]
+    assert colors["beta=0.3 | full"] == regime_colors(["full"])["full"] != colors["beta=0.3 | int8"]

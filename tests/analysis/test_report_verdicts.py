@@ -103,7 +103,7 @@ def test_every_figure_has_a_caption_and_one_colour_per_regime(tmp_path, monkeypa
     for name in ("equivalence", "frontier", "training", "drift", "kl_error"):
         assert (out / "figures" / f"{name}.png").stat().st_size > 5_000
         assert f"![{name}](figures/{name}.png)\n\n*Figure ({name}).* {CAPTIONS[name]}" in text
-    labels = report_labels(load_runs(tmp_path / "sweep"))
+    labels = report_labels(load_runs(tmp_path / "sweep"), several=False)
     assert labels == ["cached", "full", "int8", "nf4", "topk"]  # failed and unfinished regimes too
     expected = {r: to_rgba(c) for r, c in figures.regime_colors(labels).items()}
     seen = 0
@@ -210,7 +210,7 @@ def test_a_cache_that_missed_gets_no_bench_time(monkeypatch, tmp_path):
     bench.write_text("regime,setup_s,bytes_held,step_s\nfull,0.05,1048576000,1.0\ncached,2.0,0,0.001\n")
     seen = {}
 
-    def keep(agg, path, colors, time):  # what the Pareto figure is handed
+    def keep(agg, path, colors, time, **conditions):  # what the Pareto figure is handed
         seen["agg"] = agg
         return path
 
