@@ -86,16 +86,27 @@ def _spread(g: pd.DataFrame, col: str) -> np.ndarray:
     return np.clip(np.nan_to_num(np.asarray(err)), 0, None)
 
 
+FRONTIER_Y = (REWARD_GOLD, WIN_RATE)  # the frontier's two panels: each against the true KL
+_FRONTIER_LABELS = {REWARD_GOLD: "gold reward (VADER compound, mean)", WIN_RATE: "win rate against the SFT model"}
+
+
+def frontier_axes(axes, titles: tuple[str, str]) -> None:
+    """Labels, grid, titles of the two frontier panels (:data:`FRONTIER_Y`) and the win rate's 0.5 line."""
+    for ax, y, title in zip(axes, FRONTIER_Y, titles):
+        ax.set_xlabel("true KL to the full reference (nats per response)")
+        ax.set_ylabel(_FRONTIER_LABELS[y])
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
+
+
 def frontier(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Path:
     """Gold reward and win rate against the true KL over training (the DPO paper's frontier); error bars span
     the seeds in both directions."""
     m = _eval_means(curves, [KL_TRUE, REWARD_GOLD, WIN_RATE])
     colors = _colors(colors, m["regime"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, y, label in (
-        (axes[0], REWARD_GOLD, "gold reward (VADER compound, mean)"),
-        (axes[1], WIN_RATE, "win rate against the SFT model"),
-    ):
+    for ax, y in zip(axes, FRONTIER_Y):
         for r in ordered(m["regime"]) if y in m else []:  # a curve not logged: an empty panel
             g = m[m["regime"] == r].sort_values("step")
             ax.errorbar(
@@ -110,12 +121,7 @@ def frontier(curves: pd.DataFrame, path: Path, colors: dict | None = None) -> Pa
                 elinewidth=0.8,
                 capsize=2,
             )
-        ax.set_xlabel("true KL to the full reference (nats per response)")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
-    axes[0].set_title("reward vs KL over training (points: evaluations)")
-    axes[1].set_title("win rate vs KL over training")
+    frontier_axes(axes, ("reward vs KL over training (points: evaluations)", "win rate vs KL over training"))
     axes[1].legend(fontsize=8, ncol=2)
     return _save(fig, path)
 

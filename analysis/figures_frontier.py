@@ -10,7 +10,18 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures import KL_TRUE, REWARD_GOLD, WIN_RATE, _save, _spread, ordered, plt, regime_colors
+from analysis.figures import (
+    FRONTIER_Y,
+    KL_TRUE,
+    REWARD_GOLD,
+    WIN_RATE,
+    _save,
+    _spread,
+    frontier_axes,
+    ordered,
+    plt,
+    regime_colors,
+)
 from analysis.load import natural_key
 
 CONDITION_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<")
@@ -57,10 +68,7 @@ def frontier_by_condition(curves: pd.DataFrame, path: Path, baseline: str = "ful
     colors = colors if colors is not None else regime_colors(m["regime"])
     joined = numeric_setting(conditions) is not None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    for ax, y, label in (
-        (axes[0], REWARD_GOLD, "gold reward (VADER compound, mean)"),
-        (axes[1], WIN_RATE, "win rate against the SFT model"),
-    ):
+    for ax, y in zip(axes, FRONTIER_Y):
         for r in ordered(m["regime"]) if y in m else []:  # a curve not logged: an empty panel
             g = m[m["regime"] == r].set_index("condition").reindex([c for c in conditions if c in set(m["condition"])])
             g = g[g["regime"].notna()].reset_index()
@@ -81,12 +89,7 @@ def frontier_by_condition(curves: pd.DataFrame, path: Path, baseline: str = "ful
                     elinewidth=0.8,
                     capsize=2,
                 )
-        ax.set_xlabel("true KL to the full reference (nats per response)")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
-    axes[0].set_title("reward vs KL, last evaluation")
-    axes[1].set_title("win rate vs KL, last evaluation")
+    frontier_axes(axes, ("reward vs KL, last evaluation", "win rate vs KL, last evaluation"))
     handles = [Line2D([], [], color=colors[r], lw=3, label=r) for r in ordered(m["regime"])]
     handles += [Line2D([], [], ls="", marker=marker[c], color="grey", mec="black", label=c) for c in conditions]
     axes[1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
