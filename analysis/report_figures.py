@@ -75,7 +75,7 @@ def _condition_keys(labels: list[str], conditions: list[str]) -> tuple[dict, dic
     """With several conditions: each label's marker (its condition's) and its (regime, condition), the latter in the
     order the figures list them: by regime, then by condition in natural order."""
     by_cond = condition_markers(conditions)
-    markers = {lb: by_cond[lb.split(LABEL_SEP)[0]] for lb in labels}
+    markers = {lb: by_cond[c] for lb in labels if (c := lb.split(LABEL_SEP)[0]) in by_cond}  # failed ones: none
     regimes = figures.ordered({lb.split(LABEL_SEP)[-1] for lb in labels})
     order = [f"{c}{LABEL_SEP}{r}" for r in regimes for c in conditions]
     return markers, {lb: (lb.split(LABEL_SEP)[-1], lb.split(LABEL_SEP)[0]) for lb in order if lb in set(labels)}

@@ -116,7 +116,8 @@ def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_
     root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
     (out / "figures").mkdir(parents=True)
     (out / "figures" / "training.png").write_bytes(b"")  # from an earlier run of the report: not drawn this time
-    assert _report(root / "beta0.3", root / "beta0.03", "--out", out, "--regimes", "full,int8") == 0
+    write_run(root / "beta1", "int8", 0, status="failed", reason="boom", config={"algo": {"beta": 1.0}})
+    assert _report(root / "beta0.3", root / "beta1", root / "beta0.03", "--out", out, "--regimes", "full,int8") == 0
     text = (out / "report.md").read_text()
     assert text.index("## algo.beta=0.03:") < text.index("## algo.beta=0.3:")
     across = text.split("across conditions: what the setting itself does")[1]
