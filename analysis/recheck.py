@@ -17,7 +17,9 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   or on 0;
 - with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
   claim such as "full DPO improves on the SFT model" lives): the estimate to ``--rtol``, the 95% interval (with
-  several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``.
+  several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``;
+- with ``--report``, each row of its ``sensitivity.csv`` (the beta report): the verdict row it restates, the mean
+  margin error sd over the runs' summaries, beta x sd and the differences in units of the margin, to ``--rtol``.
 
 Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
 """
@@ -276,6 +278,43 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
 
 
+#: the columns of a sensitivity row that restate its verdict row (``equivalence.csv``)
+_VERDICT_COLUMNS = ("diff", "lo", "hi", "lo_inner", "hi_inner", "margin")
+
+
+def recheck_sensitivity(runs: pd.DataFrame, report: Path, found: Findings, rtol: float) -> None:
+    """Each row of ``report/sensitivity.csv`` (the beta report's figure and table): its difference, intervals and
+    verdict those of the ``equivalence.csv`` row it names, its ``sd`` the mean over the runs' own ``margin_err_sd``,
+    ``scaled`` beta x sd (beta from the runs' configs), each ``rel_*`` the value over the margin."""
+    if not (report / "sensitivity.csv").is_file():
+        return
+    verdicts = pd.read_csv(report / "equivalence.csv").set_index(["condition", "regime", "metric"])
+    done = runs[runs["status"] == "finished"]
+    for _, row in pd.read_csv(report / "sensitivity.csv").iterrows():
+        what = f"sensitivity: {row['condition']}: {row['regime']}: {row['metric']}"
+        key = (row["condition"], row["regime"], row["metric"])
+        g = done[(done["condition"].astype(str) == str(row["condition"])) & (done["regime"] == row["regime"])]
+        if key not in verdicts.index or g.empty:
+            found.errors.append(f"{what}: no such verdict row, or no finished runs")
+            continue
+        found.rows += 1
+        v = verdicts.loc[key]
+        for c in _VERDICT_COLUMNS:
+            found.compare(f"{what}: {c}", _f(row[c]), _f(v[c]), rtol)
+        if row["verdict"] != v["verdict"]:
+            found.errors.append(f"{what}: verdict {row['verdict']}, the verdict row says {v['verdict']}")
+        sds = [float(x) for x in g.drop_duplicates("seed", keep="last")["margin_err_sd"]]
+        betas = {float(b) for b in g["cfg.algo.beta"]}
+        if len(betas) != 1:
+            found.errors.append(f"{what}: the runs' beta is not one value: {sorted(betas)}")
+            continue
+        sd = math.fsum(sds) / len(sds)
+        found.compare(f"{what}: margin error sd", _f(row["sd"]), sd, rtol)
+        found.compare(f"{what}: beta x sd", _f(row["scaled"]), betas.pop() * sd, rtol)
+        for c in _VERDICT_COLUMNS[:-1]:
+            found.compare(f"{what}: rel_{c}", _f(row[f"rel_{c}"]), _f(v[c]) / _f(v["margin"]), rtol)
+
+
 def seed_t(groups: list[np.ndarray], level: float, positive: bool = False) -> tuple[float, float]:
     """The Student-t interval at ``level`` of the mean of the per-seed means (n - 1 degrees of freedom); ``positive``
     (and every mean above 0): on the log scale, back-transformed."""
@@ -321,6 +360,7 @@ def recheck(
     if report is not None:
         recheck_report(runs, report, baseline, found, opts)
         recheck_primary(runs, report, found, opts)
+        recheck_sensitivity(runs, report, found, opts["rtol"])
     return found
 
 

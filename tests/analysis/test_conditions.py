@@ -163,3 +163,25 @@ def test_a_regime_keeps_its_colour_under_every_condition():
     colors = label_colors(["beta=0.03 | int8", "beta=0.3 | int8", "beta=0.3 | full", "beta=0.03 | full"])
     assert colors["beta=0.03 | int8"] == colors["beta=0.3 | int8"] == regime_colors(["full", "int8"])["int8"]
     assert colors["beta=0.3 | full"] == regime_colors(["full"])["full"] != colors["beta=0.3 | int8"]
+
+
+def test_the_sensitivity_table_is_rechecked_and_a_changed_figure_caught(tmp_path):
+    from analysis.recheck import recheck
+
+    root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
+    assert _report(root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8,nf4") == 0
+    folders = [root / "beta0.03", root / "beta0.3"]
+
+    def sensitivity_errors() -> list[str]:  # (the synthetic runs' summaries do not follow from their samples)
+        found = recheck(folders, out, regimes=["full", "int8", "nf4"], n_boot=200, itol=1.0)
+        return [e for e in found.errors if e.startswith("sensitivity: ")]
+
+    assert sensitivity_errors() == []
+    table = pd.read_csv(out / "sensitivity.csv")
+    said = {"scaled": "beta x sd", "rel_hi": "rel_hi", "sd": "margin error sd", "verdict": "verdict"}
+    for column, change in (("scaled", 1e-6), ("rel_hi", 1e-6), ("sd", 1e-3), ("verdict", None)):
+        bad = table.copy()
+        bad.loc[0, column] = "different" if change is None else bad.loc[0, column] + change
+        bad.to_csv(out / "sensitivity.csv", index=False)
+        errors = sensitivity_errors()
+        assert len(errors) >= 1 and f": {said[column]}" in errors[0], (column, errors)
