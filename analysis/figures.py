@@ -202,7 +202,9 @@ def kl_error(
     ax.set_xticks(x, ticks, rotation=30 if not groups else 60, ha="right", fontsize=8 if not groups else 7)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylabel("|stand-in div. - true KL| (nats per response)")
-    ax.set_title("stand-in divergence error by regime\n(pale: step 0, solid: end; mean over seeds)", fontsize=10)
+    at_start = "kl_abs_err_step0" in done and done["kl_abs_err_step0"].astype(float).notna().any()
+    when = "pale: step 0, solid: end" if at_start else "at the end (no step-0 evaluation)"
+    ax.set_title(f"stand-in divergence error by regime\n({when}; mean over seeds)", fontsize=10)
     top = max((float(done[c].astype(float).max()) for c in ("kl_abs_err_step0", "kl_abs_err") if c in done), default=0)
     if math.isfinite(top) and top > 0:
         ax.set_ylim(0, top * 3)  # room above the tallest bar and its error bar on the symlog scale

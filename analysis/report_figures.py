@@ -45,7 +45,7 @@ CAPTIONS = {
     "policy's fresh evaluation samples) vs the true KL to the full reference, one point per run (log-log; on the "
     "dashed line the two agree). For DPO this is not a KL the run trained against: DPO consumes only the "
     "reference's sequence log-probs on its training pairs. Right: |stand-in divergence - true KL| per regime at "
-    "step 0 (pale) and at the end (solid): bars the mean over seeds, error bars the lowest to the highest seed.",
+    "step 0 (pale; where the runs evaluated it) and at the end (solid): bars the mean over seeds, error bars the lowest to the highest seed.",
     "pareto": "Cost against fidelity: reference memory and reference time per training step (each job's own "
     "wall time: comparable across regimes only when the jobs had like machines to themselves) vs the " + FIDELITY,
     "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
