@@ -160,7 +160,8 @@ def kl_error(
     ax.set_ylabel("stand-in divergence KL(policy || regime ref) at the end")
     ax.set_title("stand-in divergence vs true KL\n(one point per run)", fontsize=10)
     if groups and markers:  # one entry per regime (its colour) and per condition (its marker)
-        drawn = {r for r in done["regime"] if ((done["regime"] == r) & (done["kl_approx"].astype(float) > 0)).any()}
+        both = (done["kl_approx"].astype(float) > 0) & (done["kl_true"].astype(float) > 0)  # what the scatter draws
+        drawn = set(done.loc[both, "regime"])
         shown = [r for r in groups if r in drawn]
         handles = {groups[r][0]: Line2D([], [], ls="", marker="o", color=colors[r], label=groups[r][0]) for r in shown}
         handles |= {

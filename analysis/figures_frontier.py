@@ -58,13 +58,19 @@ def final_points(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([mean, lo.add_suffix("_min"), hi.add_suffix("_max")], axis=1).reset_index()
 
 
-def frontier_by_condition(curves: pd.DataFrame, path: Path, baseline: str = "full", colors: dict | None = None) -> Path:
+def frontier_by_condition(
+    curves: pd.DataFrame,
+    path: Path,
+    baseline: str = "full",
+    colors: dict | None = None,
+    markers: dict | None = None,
+) -> Path:
     """Two panels (gold reward, win rate) against the true KL: see :data:`CAPTION`. The baseline's markers are
     drawn larger, so that a regime identical to it (the null control) leaves it visible as a ring. ``colors``: each
-    regime's (the report's other figures' colours)."""
+    regime's, ``markers``: each condition's (the report's other figures' own, so that they agree)."""
     m = final_points(curves)
     conditions = sorted(m["condition"].astype(str).unique(), key=natural_key)
-    marker = condition_markers(conditions)
+    marker = markers if markers is not None else condition_markers(conditions)
     colors = colors if colors is not None else regime_colors(m["regime"])
     joined = numeric_setting(conditions) is not None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))

@@ -156,7 +156,8 @@ def base_regime(label: str) -> str:
     return str(label).split("(")[0]
 
 
-_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+# a number; its minus sign only at the start or after "=", "," or a space (in "SmolLM2-135M" the hyphen is text)
+_NUMBER = re.compile(r"((?:(?<=[=,\s])-|^-)?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
 
 def natural_key(label: str) -> tuple:

@@ -283,34 +283,46 @@ _VERDICT_COLUMNS = ("diff", "lo", "hi", "lo_inner", "hi_inner", "margin")
 
 
 def recheck_sensitivity(runs: pd.DataFrame, report: Path, found: Findings, rtol: float) -> None:
-    """Each row of ``report/sensitivity.csv`` (the beta report's figure and table): its difference, intervals and
-    verdict those of the ``equivalence.csv`` row it names, its ``sd`` the mean over the runs' own ``margin_err_sd``,
-    ``scaled`` beta x sd (beta from the runs' configs), each ``rel_*`` the value over the margin."""
+    """``report/sensitivity.csv`` (the beta report's figure and table), present wherever the finished runs vary
+    beta and measured the margin error: one row per verdict row of ``equivalence.csv`` (none missing, none extra),
+    restating its difference, intervals and verdict; its ``beta`` the runs' own, ``sd`` the mean of the runs'
+    finite ``margin_err_sd`` (the report's rule), ``scaled`` beta x sd, each ``rel_*`` the value over the margin.
+    The last three are the figure's axes; the restated columns catch a table edited by hand."""
+    done = runs[runs["status"] == "finished"]
+    varies = "cfg.algo.beta" in done and done["cfg.algo.beta"].nunique() > 1
+    measured = "margin_err_sd" in done and bool(done["margin_err_sd"].notna().any())
     if not (report / "sensitivity.csv").is_file():
+        if varies and measured:
+            found.errors.append("sensitivity: the runs vary beta and measured the margin error: no sensitivity.csv")
         return
     verdicts = pd.read_csv(report / "equivalence.csv").set_index(["condition", "regime", "metric"])
-    done = runs[runs["status"] == "finished"]
-    for _, row in pd.read_csv(report / "sensitivity.csv").iterrows():
+    table = pd.read_csv(report / "sensitivity.csv")
+    keys = set(zip(table["condition"], table["regime"], table["metric"]))
+    if keys != set(verdicts.index):
+        missing, extra = sorted(set(verdicts.index) - keys), sorted(keys - set(verdicts.index))
+        found.errors.append(f"sensitivity: rows missing {missing[:3]}, rows with no verdict row {extra[:3]}")
+    for _, row in table.iterrows():
         what = f"sensitivity: {row['condition']}: {row['regime']}: {row['metric']}"
         key = (row["condition"], row["regime"], row["metric"])
         g = done[(done["condition"].astype(str) == str(row["condition"])) & (done["regime"] == row["regime"])]
         if key not in verdicts.index or g.empty:
-            found.errors.append(f"{what}: no such verdict row, or no finished runs")
-            continue
+            continue  # counted above
         found.rows += 1
         v = verdicts.loc[key]
         for c in _VERDICT_COLUMNS:
             found.compare(f"{what}: {c}", _f(row[c]), _f(v[c]), rtol)
         if row["verdict"] != v["verdict"]:
             found.errors.append(f"{what}: verdict {row['verdict']}, the verdict row says {v['verdict']}")
-        sds = [float(x) for x in g.drop_duplicates("seed", keep="last")["margin_err_sd"]]
         betas = {float(b) for b in g["cfg.algo.beta"]}
         if len(betas) != 1:
             found.errors.append(f"{what}: the runs' beta is not one value: {sorted(betas)}")
             continue
-        sd = math.fsum(sds) / len(sds)
+        beta = betas.pop()
+        sds = [x for x in g["margin_err_sd"].astype(float) if math.isfinite(x)]
+        sd = math.fsum(sds) / len(sds) if sds else math.nan
+        found.compare(f"{what}: beta", _f(row["beta"]), beta, rtol)
         found.compare(f"{what}: margin error sd", _f(row["sd"]), sd, rtol)
-        found.compare(f"{what}: beta x sd", _f(row["scaled"]), betas.pop() * sd, rtol)
+        found.compare(f"{what}: beta x sd", _f(row["scaled"]), beta * sd, rtol)
         for c in _VERDICT_COLUMNS[:-1]:
             found.compare(f"{what}: rel_{c}", _f(row[f"rel_{c}"]), _f(v[c]) / _f(v["margin"]), rtol)
 

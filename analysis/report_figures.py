@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -97,11 +98,13 @@ def make_figures(
                 for c, r in zip(agg["condition"], agg["regime"])
             ]
         )
-    # the conditions with finished runs (a condition whose every job failed, such as a broken model, draws nothing)
+    # the figures draw finished runs only: a failed or unfinished run's last evaluation is not the end of training,
+    # and a condition whose every job failed (a broken model) has no marker and no figure
     finished = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
     conditions = sorted(finished["condition"].astype(str).unique(), key=natural_key)
     several = len(conditions) > 1  # then one point or line per condition and regime
-    curves, fig_runs, fig_agg = (_labelled(f, several) for f in (data.curves, runs, agg))
+    done_curves = data.curves[data.curves["path"].isin(finished["path"])] if len(data.curves) else data.curves
+    curves, fig_runs, fig_agg = (_labelled(f, several) for f in (done_curves, runs, agg))
     labels = report_labels(data, several)
     colors = label_colors(labels)  # a regime's colour in every figure, whatever the condition
     names = {lb: lb.split(LABEL_SEP)[-1] for lb in labels}
@@ -113,10 +116,12 @@ def make_figures(
     if not curves.empty and figures.KL_TRUE in curves:
         if several:  # colour the regime, marker the condition: the frontier moving with the setting
             own = {r: colors[lb] for lb, r in names.items()}
-            figs["frontier by condition"] = frontier_by_condition(data.curves, d / "frontier.png", cfg.baseline, own)
+            figs["frontier by condition"] = frontier_by_condition(
+                done_curves, d / "frontier.png", cfg.baseline, own, condition_markers(conditions)
+            )
             for name, draw in (("training", figures.training), ("drift", figures.drift)):
                 for i, cond in enumerate(conditions, 1):  # one figure per condition: readable, the regimes' colours
-                    c = data.curves[data.curves["condition"] == cond]
+                    c = done_curves[done_curves["condition"] == cond]
                     figs[f"{name}, {cond}"] = draw(c, d / f"{name}_{i}.png", own, title=cond)
         else:
             figs["frontier"] = figures.frontier(curves, d / "frontier.png", colors)
@@ -129,11 +134,17 @@ def make_figures(
     return figs
 
 
+#: the names of the PNGs a report draws (``training_2.png``: one per condition); :func:`remove_stale` touches no other
+DRAWN = re.compile(r"^(equivalence|frontier|kl_error|pareto|sensitivity|(training|drift)(_\d+)?)\.png$")
+
+
 def remove_stale(figs: dict[str, Path], out: Path) -> None:
-    """Delete the PNGs in ``out/figures`` that this report did not draw (from an earlier run of it: say
-    ``training.png`` once the runs vary a setting and it draws ``training_1.png``...)."""
+    """Delete the report figures in ``out/figures`` that this report did not draw (from an earlier run of it: say
+    ``training.png`` once the runs vary a setting and it draws ``training_1.png``...); a file of another name (one
+    added by hand) is left alone."""
     for stale in set((out / "figures").glob("*.png")) - set(figs.values()):
-        stale.unlink()
+        if DRAWN.match(stale.name):
+            stale.unlink()
 
 
 def report_labels(data: Runs, several: bool) -> list[str]:

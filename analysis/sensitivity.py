@@ -111,7 +111,7 @@ def correlations(f: pd.DataFrame) -> pd.DataFrame:
 
 def figure(f: pd.DataFrame, path: Path, baseline: str) -> Path:
     metrics = list(dict.fromkeys(f["metric"]))
-    colors = regime_colors(f["ref_name"])
+    colors = regime_colors([*f["ref_name"], baseline])  # the baseline counted: each regime's colour elsewhere
     betas = sorted(f["beta"].astype(float).unique())
     marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(betas)}
     ncols = min(2, len(metrics))

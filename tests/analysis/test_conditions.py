@@ -103,7 +103,8 @@ def test_reproduce_lines_archive_each_report_s_copies():
     ]
 
 
-def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_path):
+def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_path, monkeypatch):
+    from analysis import report_figures
     from analysis.load import natural_key
 
     assert sorted(["steps=10", "steps=9", "beta=0.3", "beta=0.03", "beta=1e-05"], key=natural_key) == [
@@ -113,10 +114,23 @@ def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_
         "steps=9",
         "steps=10",
     ]
+    # a hyphen inside a name is text, not a minus sign; a sign after "=" is one
+    names = ["m=pythia-410m", "m=pythia-70m", "m=pythia-160m", "lr=1e+20", "lr=5.0", "lr=-1"]
+    assert sorted(names, key=natural_key) == [
+        "lr=-1", "lr=5.0", "lr=1e+20", "m=pythia-70m", "m=pythia-160m", "m=pythia-410m",
+    ]  # fmt: skip
     root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
     (out / "figures").mkdir(parents=True)
     (out / "figures" / "training.png").write_bytes(b"")  # from an earlier run of the report: not drawn this time
-    write_run(root / "beta1", "int8", 0, status="failed", reason="boom", config={"algo": {"beta": 1.0}})
+    (out / "figures" / "mine.png").write_bytes(b"")  # added by hand: not the report's, left alone
+    failed = write_run(root / "beta1", "int8", 0, status="failed", reason="boom", config={"algo": {"beta": 1.0}})
+    handed, draw = {}, report_figures.frontier_by_condition  # what the frontier is given: finished runs' curves
+
+    def frontier(curves, path, baseline, colors, markers):
+        handed.update(paths=set(curves["path"]), markers=markers)
+        return draw(curves, path, baseline, colors, markers)
+
+    monkeypatch.setattr(report_figures, "frontier_by_condition", frontier)
     assert _report(root / "beta0.3", root / "beta1", root / "beta0.03", "--out", out, "--regimes", "full,int8") == 0
     text = (out / "report.md").read_text()
     assert text.index("## algo.beta=0.03:") < text.index("## algo.beta=0.3:")
@@ -128,10 +142,12 @@ def test_conditions_come_in_natural_order_whatever_the_order_of_the_folders(tmp_
     assert text.index("](figures/training_1.png)") < text.index("](figures/training_2.png)")
     assert "![training, algo.beta=0.03](figures/training_1.png)" in text and "![drift, algo.beta=0.3]" in text
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
-        "drift_1.png", "drift_2.png", "equivalence.png", "frontier.png", "kl_error.png", "pareto.png",
+        "drift_1.png", "drift_2.png", "equivalence.png", "frontier.png", "kl_error.png", "mine.png", "pareto.png",
         "sensitivity.png", "training_1.png", "training_2.png",
     ]  # fmt: skip
     assert (out / "figures" / "frontier.png").stat().st_size > 10_000
+    assert str(failed) not in handed["paths"] and len(handed["paths"]) == 8  # 2 betas x 2 regimes x 2 seeds
+    assert handed["markers"] == {"algo.beta=0.03": "o", "algo.beta=0.3": "s"}  # the failed beta 1.0 takes none
 
 
 def test_the_frontier_across_conditions_joins_a_numeric_setting_s_points_at_each_run_s_last_evaluation():
@@ -185,3 +201,7 @@ def test_the_sensitivity_table_is_rechecked_and_a_changed_figure_caught(tmp_path
         bad.to_csv(out / "sensitivity.csv", index=False)
         errors = sensitivity_errors()
         assert len(errors) >= 1 and f": {said[column]}" in errors[0], (column, errors)
+    table.iloc[1:].to_csv(out / "sensitivity.csv", index=False)  # a row left out
+    assert [e.split(" [")[0] for e in sensitivity_errors()] == ["sensitivity: rows missing"]
+    (out / "sensitivity.csv").unlink()  # the whole table
+    assert sensitivity_errors() == ["sensitivity: the runs vary beta and measured the margin error: no sensitivity.csv"]
