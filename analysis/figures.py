@@ -17,6 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ablate.tracking import schema  # noqa: E402
+from analysis.load import base_regime, natural_key  # noqa: E402
 
 REGIME_ORDER = (
     "full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
@@ -29,17 +30,27 @@ LENGTH, REP_2, UNSAFE_RATE = schema.logged("length"), schema.logged("rep_2"), sc
 TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its loss
 
 
+_RANK = {r: i for i, r in enumerate(REGIME_ORDER)}
+
+
+def regime_key(label) -> tuple:
+    """The one order of regime labels in every table and figure: by condition (natural order) where the label
+    carries one (``<condition> | <regime>``), then by the reference's place in :data:`REGIME_ORDER` (others after,
+    by name), then the label's natural order (``ema(alpha=0.03)`` before ``ema(alpha=0.1)``)."""
+    cond, _, regime = str(label).rpartition(" | ")
+    return natural_key(cond), _RANK.get(base_regime(regime), len(_RANK)), natural_key(regime)
+
+
 def regime_colors(regimes) -> dict[str, tuple]:
     """One colour per regime, in the canonical order (pass every regime of a report: same colour everywhere)."""
     dark, light = plt.get_cmap("tab10"), plt.get_cmap("tab20")
     palette = [dark(i) for i in range(10)] + [light(2 * i + 1) for i in range(10)]  # 20 distinct, tab10 first
-    ordered = [r for r in REGIME_ORDER if r in set(regimes)] + sorted(set(regimes) - set(REGIME_ORDER))
-    return {r: palette[i % len(palette)] for i, r in enumerate(ordered)}
+    return {r: palette[i % len(palette)] for i, r in enumerate(ordered(regimes))}
 
 
 def ordered(regimes) -> list[str]:
-    s = set(regimes)
-    return [r for r in REGIME_ORDER if r in s] + sorted(s - set(REGIME_ORDER))
+    """The distinct labels in :func:`regime_key`'s order."""
+    return sorted({str(r) for r in regimes}, key=regime_key)
 
 
 def _save(fig, path: Path) -> Path:

@@ -16,7 +16,7 @@ from analysis.archive import reproduce_lines
 from analysis.bench_costs import cost_lines
 from analysis.conditions import section as conditions_section
 from analysis.equivalence import compare, regime_intervals
-from analysis.load import Runs, base_regime, natural_key
+from analysis.load import Runs, natural_key
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
 from analysis.report_config import ReportConfig
@@ -96,18 +96,13 @@ def _measured(agg: pd.DataFrame, col: str) -> bool:
 
 
 def _ordered(agg: pd.DataFrame) -> pd.DataFrame:
-    rank = {r: i for i, r in enumerate(figures.REGIME_ORDER)}
-    key = lambda r: rank.get(base_regime(r), 99)  # noqa: E731
+    """Rows by condition (natural order), then by regime in the figures' order (:func:`figures.regime_key`)."""
     conds = {c: i for i, c in enumerate(sorted(agg["condition"].astype(str).unique(), key=natural_key))}
-    labels = {r: i for i, r in enumerate(sorted(agg["regime"].astype(str).unique(), key=natural_key))}
+    labels = {r: i for i, r in enumerate(figures.ordered(agg["regime"]))}
     return (
-        agg.assign(
-            _c=agg["condition"].astype(str).map(conds),
-            _o=agg["regime"].map(key),
-            _r=agg["regime"].astype(str).map(labels),
-        )
-        .sort_values(["_c", "_o", "_r"], kind="stable")
-        .drop(columns=["_c", "_o", "_r"])
+        agg.assign(_c=agg["condition"].astype(str).map(conds), _r=agg["regime"].astype(str).map(labels))
+        .sort_values(["_c", "_r"], kind="stable")
+        .drop(columns=["_c", "_r"])
         .copy()  # consolidated (dropping a column leaves a fragmented frame)
     )
 

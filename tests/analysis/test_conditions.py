@@ -205,3 +205,12 @@ def test_the_sensitivity_table_is_rechecked_and_a_changed_figure_caught(tmp_path
     assert [e.split(" [")[0] for e in sensitivity_errors()] == ["sensitivity: rows missing"]
     (out / "sensitivity.csv").unlink()  # the whole table
     assert sensitivity_errors() == ["sensitivity: the runs vary beta and measured the margin error: no sensitivity.csv"]
+
+
+def test_one_order_of_regimes_in_tables_and_figures():
+    from analysis.figures import ordered
+
+    labels = ["topk(k=10)", "zzz", "ema(alpha=0.1)", "topk(k=9)", "full", "ema(alpha=0.03)", "int8"]
+    assert ordered(labels) == ["full", "int8", "topk(k=9)", "topk(k=10)", "ema(alpha=0.03)", "ema(alpha=0.1)", "zzz"]
+    by_condition = ["beta=0.3 | full", "beta=0.03 | nf4", "beta=0.03 | int8", "beta=0.03 | full"]
+    assert ordered(by_condition) == ["beta=0.03 | full", "beta=0.03 | int8", "beta=0.03 | nf4", "beta=0.3 | full"]
