@@ -31,13 +31,14 @@ TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its los
 
 
 _RANK = {r: i for i, r in enumerate(REGIME_ORDER)}
+LABEL_SEP = " | "  # a figure label with several conditions: "<condition> | <regime>"
 
 
 def regime_key(label) -> tuple:
     """The one order of regime labels in every table and figure: by condition (natural order) where the label
     carries one (``<condition> | <regime>``), then by the reference's place in :data:`REGIME_ORDER` (others after,
     by name), then the label's natural order (``ema(alpha=0.03)`` before ``ema(alpha=0.1)``)."""
-    cond, _, regime = str(label).rpartition(" | ")
+    cond, _, regime = str(label).rpartition(LABEL_SEP)
     return natural_key(cond), _RANK.get(base_regime(regime), len(_RANK)), natural_key(regime)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.equivalence import parse_seed_cell
-from analysis.figures import _save, ordered, plt, regime_colors
+from analysis.figures import LABEL_SEP, _save, ordered, plt, regime_colors
 
 MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D"}
 
@@ -33,7 +33,7 @@ def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | Non
     interval (thin line) and 90% interval (thick line), each seed's own difference (ticks just below), with the
     margins shaded grey and 0 dashed; an interval reaching past the panel (:func:`panel_reach`) ends in an arrow."""
     metrics = list(dict.fromkeys(cmp["metric"]))
-    labels = cmp["regime"] if cmp["condition"].nunique() <= 1 else cmp["condition"] + " | " + cmp["regime"]
+    labels = cmp["regime"] if cmp["condition"].nunique() <= 1 else cmp["condition"] + LABEL_SEP + cmp["regime"]
     cmp = cmp.assign(label=labels)
     colors = colors if colors is not None else regime_colors(cmp["label"])
     rows = ordered(cmp["label"])

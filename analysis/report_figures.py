@@ -56,7 +56,7 @@ CAPTIONS = {
 }
 
 
-LABEL_SEP = " | "  # a figure label with several conditions: "<condition> | <regime>"
+LABEL_SEP = figures.LABEL_SEP
 
 
 def _labelled(frame: pd.DataFrame, by_condition: bool) -> pd.DataFrame:
