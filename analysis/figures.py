@@ -8,62 +8,28 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
+from ablate.tracking import schema
+from analysis.figure_style import (  # noqa: F401  (re-exported: the figures' shared order and colours)
+    LABEL_SEP,
+    REGIME_ORDER,
+    condition_handles,
+    ordered,
+    plt,
+    regime_colors,
+    regime_key,
+)
+from analysis.figure_style import save as _save
 
-from ablate.tracking import schema  # noqa: E402
-from analysis.load import base_regime, natural_key  # noqa: E402
-
-REGIME_ORDER = (
-    "full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
-)  # fmt: skip
 MIB = 2**20
 # the logged curves the figures draw (metrics.jsonl and W&B names), from the metric schema
 KL_TRUE, KL_APPROX = schema.logged("kl_true"), schema.logged("kl_approx")
 REWARD_GOLD, WIN_RATE, PPL = schema.logged("reward_gold"), schema.logged("win_rate"), schema.logged("ppl")
 LENGTH, REP_2, UNSAFE_RATE = schema.logged("length"), schema.logged("rep_2"), schema.logged("unsafe_rate")
 TRAIN_LOSS = f"{schema.TRAIN_SECTION}loss"  # the trainer's own name for its loss
-
-
-_RANK = {r: i for i, r in enumerate(REGIME_ORDER)}
-LABEL_SEP = " | "  # a figure label with several conditions: "<condition> | <regime>"
-
-
-def regime_key(label) -> tuple:
-    """The one order of regime labels in every table and figure: by condition (natural order) where the label
-    carries one (``<condition> | <regime>``), then by the reference's place in :data:`REGIME_ORDER` (others after,
-    by name), then the label's natural order (``ema(alpha=0.03)`` before ``ema(alpha=0.1)``)."""
-    cond, _, regime = str(label).rpartition(LABEL_SEP)
-    return natural_key(cond), _RANK.get(base_regime(regime), len(_RANK)), natural_key(regime)
-
-
-def regime_colors(regimes) -> dict[str, tuple]:
-    """One colour per regime, in the canonical order (pass every regime of a report: same colour everywhere)."""
-    dark, light = plt.get_cmap("tab10"), plt.get_cmap("tab20")
-    palette = [dark(i) for i in range(10)] + [light(2 * i + 1) for i in range(10)]  # 20 distinct, tab10 first
-    return {r: palette[i % len(palette)] for i, r in enumerate(ordered(regimes))}
-
-
-def ordered(regimes) -> list[str]:
-    """The distinct labels in :func:`regime_key`'s order."""
-    return sorted({str(r) for r in regimes}, key=regime_key)
-
-
-def _save(fig, path: Path) -> Path:
-    import warnings
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # long legends: bbox_inches="tight" makes room instead
-        fig.tight_layout()
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _colors(colors: dict | None, regimes) -> dict:
@@ -175,12 +141,10 @@ def kl_error(
         both = (done["kl_approx"].astype(float) > 0) & (done["kl_true"].astype(float) > 0)  # what the scatter draws
         drawn = set(done.loc[both, "regime"])
         shown = [r for r in groups if r in drawn]
-        handles = {groups[r][0]: Line2D([], [], ls="", marker="o", color=colors[r], label=groups[r][0]) for r in shown}
-        handles |= {
-            groups[r][1]: Line2D([], [], ls="", marker=markers[r], color="grey", label=groups[r][1]) for r in shown
-        }
+        regimes = {groups[r][0]: Line2D([], [], ls="", marker="o", color=colors[r], label=groups[r][0]) for r in shown}
+        conds = condition_handles({groups[r][1]: markers[r] for r in shown})
         extra = [h for h in ax.get_legend_handles_labels()[0] if h.get_label() == "stand-in = true"]
-        ax.legend(handles=list(handles.values()) + extra, fontsize=7, ncol=2)
+        ax.legend(handles=[*regimes.values(), *conds, *extra], fontsize=7, ncol=2)
     else:
         ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
@@ -316,12 +280,11 @@ def pareto(
         front = _pareto_front(xs, ys)
         if len(front) > 1:
             ax.plot(xs[front], ys[front], color="black", lw=0.8, ls=":", label="Pareto front")
+        handles = ax.get_legend_handles_labels()[0]
         if groups and markers:  # the conditions' markers
-            conds = {groups[r][1]: markers[r] for r in a["regime"] if r in groups}
-            for c, mk in conds.items():
-                ax.plot([], [], ls="", marker=mk, color="grey", mec="black", label=c)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            handles += condition_handles({groups[r][1]: markers[r] for r in a["regime"] if r in groups})
+        if handles:
+            ax.legend(handles=handles, fontsize=8)
         ax.set_yscale("symlog", linthresh=1e-3)
         shown = np.isfinite(xs)
         text = [(groups or {}).get(r, (r,))[0] for r in a["regime"][shown]]

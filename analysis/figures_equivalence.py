@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.equivalence import parse_seed_cell
-from analysis.figures import LABEL_SEP, _save, ordered, plt, regime_colors
+from analysis.figure_style import LABEL_SEP, ordered, plt, regime_colors
+from analysis.figure_style import save as _save
 
 MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D"}
 

@@ -10,21 +10,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.figures import (
-    FRONTIER_Y,
-    KL_TRUE,
-    REWARD_GOLD,
-    WIN_RATE,
-    _save,
-    _spread,
-    frontier_axes,
-    ordered,
-    plt,
-    regime_colors,
-)
+from analysis.figure_style import condition_handles, condition_markers, ordered, plt, regime_colors, save
+from analysis.figures import FRONTIER_Y, KL_TRUE, REWARD_GOLD, WIN_RATE, _spread, frontier_axes
 from analysis.load import natural_key
 
-CONDITION_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<")
 _ONE_NUMBER = re.compile(r"^([\w.]+)=(-?\d+(?:\.\d+)?(?:e-?\d+)?)$")
 CAPTION = (
     "Gold reward and win rate against the true KL to the full reference at each run's last evaluation (the DPO "
@@ -34,11 +23,6 @@ CAPTION = (
     "markers are larger (a regime identical to it leaves a ring). Points: mean over each condition's seeds; error "
     "bars: the lowest to the highest seed."
 )
-
-
-def condition_markers(conditions) -> dict[str, str]:
-    """Each condition's marker, in the order given (the conditions' natural order: the same in every figure)."""
-    return {c: CONDITION_MARKERS[i % len(CONDITION_MARKERS)] for i, c in enumerate(conditions)}
 
 
 def numeric_setting(conditions) -> str | None:
@@ -97,6 +81,6 @@ def frontier_by_condition(
                 )
     frontier_axes(axes, ("reward vs KL, last evaluation", "win rate vs KL, last evaluation"))
     handles = [Line2D([], [], color=colors[r], lw=3, label=r) for r in ordered(m["regime"])]
-    handles += [Line2D([], [], ls="", marker=marker[c], color="grey", mec="black", label=c) for c in conditions]
+    handles += condition_handles({c: marker[c] for c in conditions})
     axes[1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    return _save(fig, path)
+    return save(fig, path)

@@ -10,9 +10,10 @@ import pandas as pd
 
 from analysis import figures
 from analysis.bench_costs import step_ms
+from analysis.figure_style import LABEL_SEP, condition_markers
 from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.figures_frontier import CAPTION as FRONTIER_BY_CONDITION
-from analysis.figures_frontier import condition_markers, frontier_by_condition
+from analysis.figures_frontier import frontier_by_condition
 from analysis.load import Runs, base_regime, natural_key
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
@@ -54,9 +55,6 @@ CAPTIONS = {
     "sensitivity": SENSITIVITY,
     "drift": "Response length, repeated bigrams, unsafe rate and held-out perplexity at each evaluation. " + SEEDS,
 }
-
-
-LABEL_SEP = figures.LABEL_SEP
 
 
 def _labelled(frame: pd.DataFrame, by_condition: bool) -> pd.DataFrame:

@@ -23,14 +23,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sstats
 
-from analysis.figures import _save, plt, regime_colors
+from analysis.figure_style import condition_handles, condition_markers, plt, regime_colors, save
 from analysis.figures_equivalence import panel_reach
 from analysis.markdown import md_table, num, span
 from analysis.report_config import ReportConfig
 
 BETA = "cfg.algo.beta"
 SD = "margin_err_sd"
-MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 CAPTION = (
     "Each stand-in's difference from the exact reference at the same beta, in units of the metric's equivalence "
     "margin (so the grey band, ±1, is the margin on every panel), against beta x the standard deviation of its "
@@ -113,7 +112,7 @@ def figure(f: pd.DataFrame, path: Path, baseline: str) -> Path:
     metrics = list(dict.fromkeys(f["metric"]))
     colors = regime_colors([*f["ref_name"], baseline])  # the baseline counted: each regime's colour elsewhere
     betas = sorted(f["beta"].astype(float).unique())
-    marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(betas)}
+    marker = condition_markers(betas)  # ascending beta: the markers of the report's beta conditions (natural order)
     ncols = min(2, len(metrics))
     nrows = math.ceil(len(metrics) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
@@ -141,11 +140,9 @@ def figure(f: pd.DataFrame, path: Path, baseline: str) -> Path:
         ax.set_title(metric)
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colors[n], lw=3, label=n) for n in colors]
-    handles += [
-        plt.Line2D([], [], color="grey", marker=marker[b], ls="", mec="black", label=f"beta {b:g}") for b in betas
-    ]
+    handles += condition_handles({f"beta {b:g}": marker[b] for b in betas})
     axes.flat[0].legend(handles=handles, fontsize=7, loc="best")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def section(runs: pd.DataFrame, eq: pd.DataFrame, cfg: ReportConfig, out: Path) -> tuple[list[str], Path | None]:

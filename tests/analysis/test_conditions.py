@@ -214,3 +214,15 @@ def test_one_order_of_regimes_in_tables_and_figures():
     assert ordered(labels) == ["full", "int8", "topk(k=9)", "topk(k=10)", "ema(alpha=0.03)", "ema(alpha=0.1)", "zzz"]
     by_condition = ["beta=0.3 | full", "beta=0.03 | nf4", "beta=0.03 | int8", "beta=0.03 | full"]
     assert ordered(by_condition) == ["beta=0.03 | full", "beta=0.03 | int8", "beta=0.03 | nf4", "beta=0.3 | full"]
+
+
+def test_the_sensitivity_figure_s_beta_markers_are_the_beta_conditions_markers():
+    from analysis.figure_style import condition_handles, condition_markers
+    from analysis.load import natural_key
+
+    betas = [0.3, 0.03, 1.0, 0.1]  # the sensitivity figure: ascending beta; the other figures: the names' natural order
+    names = sorted((f"algo.beta={b:g}" for b in betas), key=natural_key)
+    by_name, by_beta = condition_markers(names), condition_markers(sorted(betas))
+    assert [by_name[f"algo.beta={b:g}"] for b in sorted(betas)] == list(by_beta.values()) == ["o", "s", "^", "D"]
+    handles = condition_handles(by_name)
+    assert [(h.get_label(), h.get_marker()) for h in handles] == list(by_name.items())
