@@ -16,4 +16,9 @@ for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base" and not _m.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["REGISTRY", "Reference", "RefCost", "TokenBatch", "register", "regime_class"]
+__all__ = ["REGISTRY", "Reference", "RefCost", "TokenBatch", "extra_docs", "register", "regime_class"]
+
+
+def extra_docs() -> dict[str, str]:
+    """Summary key (``ref_<name>``) -> meaning, for every registered regime's own figures (``EXTRA_DOCS``)."""
+    return {f"ref_{k}": v for cls in REGISTRY.values() for k, v in cls.EXTRA_DOCS.items()}

@@ -116,6 +116,8 @@ class Reference(ABC):
     logprobs_match_distribution: bool = False
     #: Packages the regime needs beyond the base install: import name -> (pip requirement, who needs it).
     required_packages: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: What each of the regime's own figures means (its numeric ``cost().extra``, ``ref_<name>`` in the summary).
+    EXTRA_DOCS: ClassVar[dict[str, str]] = {}
 
     def __init__(self, cfg: RefConfig, ctx: RefContext):
         self.cfg = cfg

@@ -65,6 +65,12 @@ def row_key(batch: TokenBatch, i: int) -> str:
 
 @register(CachedRefConfig)
 class CachedReference(Reference):
+    EXTRA_DOCS = {
+        "hits": "training sequences whose reference log-probs came from the cache",
+        "misses": "training sequences not in the cache (ref.miss: scored by a full copy, NaN, or an error)",
+        "hit_rate": "hits / (hits + misses)",
+        "model_forwards": "forward passes of the full copy that scored the misses (ref.miss=fallback)",
+    }
     wants_training_data = True
     needs_pairs = True
 

@@ -129,6 +129,27 @@ def _precision(ctx: RefContext) -> str:
 
 @register(DistilledRefConfig)
 class DistilledReference(ModelReference):
+    EXTRA_DOCS = {
+        "cache_hit": "1 when the student came from the cache (distilled by an earlier job, whose figures below are), "
+        "else 0",
+        "distill_kl_heldout_before": "held-out KL(SFT || student) per token before distillation (nats)",
+        "distill_kl_heldout": "held-out KL(SFT || student) per token after distillation (nats)",
+        "distill_kl_train_last": "the last distillation step's training KL per token (nats)",
+        "distill_steps": "distillation steps taken",
+        "distill_target_reached": "1 when the held-out KL reached ref.target_kl, else 0",
+        "distill_s": "seconds the distillation took (on a cache hit, in the job that built the student)",
+        "fresh_sample_s": "seconds sampling the fresh SFT responses the student trains on (likewise)",
+        "n_fresh_sequences": "fresh SFT responses sampled for distillation",
+        "n_train_sequences": "sequences the student trained on (the pairs' responses and the fresh ones)",
+        "n_heldout_sequences": "sequences held out to measure the student's KL",
+        "teacher_params": "parameters of the SFT model",
+        "teacher_nonembedding_params": "the SFT model's parameters outside the embedding and head",
+        "teacher_layers": "transformer blocks of the SFT model",
+        "student_params": "parameters of the student",
+        "student_nonembedding_params": "the student's parameters outside the embedding and head",
+        "student_nonembedding_fraction": "student_nonembedding_params / teacher_nonembedding_params",
+        "student_layers": "transformer blocks of the student",
+    }
     """A smaller student of the SFT model (its own layers, or ``ref.path``), distilled on the SFT distribution
     until its held-out KL meets a target (cached)."""
 

@@ -71,6 +71,10 @@ def _policy_params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @register(EmaRefConfig)
 class EmaReference(ModelReference):
+    EXTRA_DOCS = {
+        "updates": "times the reference was updated from the policy during training",
+        "tau": "the update interval in force, in optimiser steps (set directly or from ref.tau_fraction)",
+    }
     updates: int = 0
 
     @classmethod

@@ -76,6 +76,12 @@ def stored_bytes_per_position(k: int, vocab: int, keep_sampled: bool) -> int:
 
 @register(TopKRefConfig)
 class TopKReference(ModelReference):
+    EXTRA_DOCS = {
+        "stored_bytes_per_position": "bytes the top-k answer holds per position (k log-probs and ids, the sampled "
+        "token's with keep_sampled)",
+        "full_bytes_per_position": "bytes of the full next-token distribution per position (float32 x vocabulary)",
+    }
+
     def __init__(self, cfg: TopKRefConfig, ctx):
         super().__init__(cfg, ctx)
         # a scoring endpoint returns the scored token's exact log-prob, not the top-k form's

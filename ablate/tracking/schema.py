@@ -207,6 +207,26 @@ METRICS: list[Metric] = [
 ]
 # fmt: on
 
+#: The summary keys that are not figures of the metric schema: what the job was, how it ran, what it reused. A
+#: regime's own figures (``ref_<name>``) are documented on its class (``Reference.EXTRA_DOCS``, ``ablate.refs``).
+JOB_KEYS: dict[str, str] = {
+    "regime": "the reference regime the run trained with (ref.name)",
+    "algo": "the algorithm (algo.name)",
+    "model": "the model preset (model.name)",
+    "seed": "the run's seed",
+    "reason": "why the run stopped early or failed (absent when it finished)",
+    "resumed_from_step": "the step a resumed job continued from (absent when it never resumed)",
+    "provenance": "the code (git commit, +dirty with uncommitted changes), library versions, hardware and world size",
+    "nan_reasons": "summary key -> why its value is NaN (null in JSON), for every figure that could not be computed",
+    "n_pairs": "preference pairs loaded: DPO's training data, what cached and distilled are built from",
+    "pairs_cache": "the content-addressed folder the pairs were read from or written to",
+    "pairs_cache_hit": "true when the pairs came from the cache (an earlier job: same model, prompts, settings)",
+    "sft_baseline_cache_hit": "true when the SFT baseline's evaluation samples came from the cache",
+    "peak_rss_train_bytes": "peak resident memory while training (models loaded, data ready, evaluations inside it)",
+    "kl_coef_final": "the KL coefficient at the end of training (PPO/GRPO: the controller's; DPO: its fixed beta)",
+}
+
+
 #: The report's tables: their summary columns in order (``<key>_step0``: the value at step 0).
 REPORT_TABLES: dict[str, tuple[str, ...]] = {
     "fidelity": ("kl_abs_err_step0", "kl_abs_err", "kl_true", "kl_approx", "ref_bytes", "ref_ms_per_step"),
@@ -252,8 +272,8 @@ def required_keys() -> tuple[str, ...]:
 
 
 def docs() -> dict[str, str]:
-    """Summary key -> one-line meaning."""
-    return {m.key: m.meaning for m in summary_metrics()}
+    """Summary key -> one-line meaning: the metrics' and the job's own (:data:`JOB_KEYS`)."""
+    return {m.key: m.meaning for m in summary_metrics()} | JOB_KEYS
 
 
 def _from_sections(sections: tuple[str, ...]) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """The loader: every job a row (failed and unfinished included), the same frame from the run folders and
 from W&B's offline run files, conditions and regime labels from the configs."""
 
+import json
+
 import pytest
 
 from analysis.load import from_recorded, from_wandb_offline, label_conditions, load_runs
@@ -96,3 +98,11 @@ def test_strict_and_old_nan_token_folders_load_to_the_same_frames(tmp_path):
     c, d = (r.curves.drop(columns=[k for k in drop if k in r.curves]) for r in (new, old))
     pd.testing.assert_frame_equal(c, d)
     assert c["kl/approx"].dtype == float and c["kl/approx"].isna().all()
+
+
+def test_every_key_of_a_run_s_summary_is_documented(tiny_sweep):
+    from tests.tracking.test_summary_docs import undocumented
+
+    summaries = [json.loads(p.read_text()) for p in sorted(tiny_sweep.rglob("summary.json"))]
+    assert len(summaries) >= 6 and {"full", "int8", "none"} <= {s["regime"] for s in summaries}
+    assert [undocumented(s) for s in summaries if undocumented(s)] == []

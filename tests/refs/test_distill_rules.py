@@ -19,6 +19,7 @@ from ablate.refs.distill_train import distil_loop
 from ablate.refs.distilled import DistilledRefConfig, DistilledReference, cache_key
 from tests.conftest import typed_config
 from tests.refs.conftest import counting_context
+from tests.refs.documented import undocumented_extras
 from tests.refs.test_distilled import PAIRS
 
 CPU = torch.device("cpu")
@@ -137,6 +138,7 @@ def test_ref_path_distilled_further_is_cached_under_its_fingerprint(ctx, tiny_so
     assert fingerprint.startswith("local:")  # the folder's bytes, whatever its name
     assert ref.cost().extra["distill_steps"] == 3
     assert ref.cost().extra["distill_kl_heldout"] < ref.cost().extra["distill_kl_heldout_before"]
+    assert "n_fresh_sequences" in ref.cost().extra and not undocumented_extras(ref)
     seqs = pair_sequences(tok, PAIRS, 256)
     assert cache_key(cfg, ctx, seqs, dataclasses.replace(tiny_source, fingerprint="other")) != ref.entry.key
 

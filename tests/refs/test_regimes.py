@@ -17,6 +17,7 @@ from ablate.refs.snapshot import SnapshotRefConfig, SnapshotReference
 from ablate.refs.topk import TopKRefConfig, TopKReference, topk_distribution
 from tests.conftest import token_batch
 from tests.refs.conftest import PROMPTS, RESPONSES
+from tests.refs.documented import undocumented_extras
 
 
 def _perturbed(tiny_source, scale=0.05, seed=0):
@@ -54,6 +55,7 @@ def test_topk_small_k_biases_kl_and_logprobs(ref_ctx, full, batch, tiny_source):
     d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask]
     assert d.abs().max() > 0
     assert ref.cost().extra["stored_bytes_per_position"] == 5 * 8 + 4
+    assert not undocumented_extras(ref)
 
 
 # ------------------------------------------------------------------------------- ema/snap
@@ -72,6 +74,7 @@ def test_ema_formula_step_by_step(ref_ctx, full, tiny_source):
     for n, p in ref.model.named_parameters():
         assert torch.allclose(p, 0.75 * r1[n] + 0.25 * pol[n], atol=1e-6), n
     assert ref.cost().extra["updates"] == 2
+    assert not undocumented_extras(ref)
 
 
 def test_ema_alpha_zero_and_late_snapshot_equal_full(ref_ctx, full, batch, tiny_source):
@@ -191,6 +194,7 @@ def test_cached_miss_policies(ref_ctx, full, batch, cache_root, tokenizer):
         else:
             assert torch.allclose(ref.logprobs(fresh), full.logprobs(fresh), atol=1e-6)
             assert ref.cost().extra["model_forwards"] == 1 and ref.cost().bytes_held > full.cost().bytes_held * 0.9
+            assert not undocumented_extras(ref)
 
 
 def test_cached_skip_marks_only_the_missed_rows_and_audits_still_refuse(ref_ctx, full, batch, cache_root, tokenizer):
