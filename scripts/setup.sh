@@ -4,8 +4,9 @@
 # Idempotent: a second run with unchanged pyproject.toml returns in a second.
 #
 #   ABLATE_PYTHON=python3.11      the interpreter for the venv (default: python3)
-#   ABLATE_TORCH_INDEX=<url>      a pip index for torch (e.g. the PyTorch CPU index on a laptop;
-#                                 on a GPU box, install your CUDA torch into .venv first: it is kept)
+#   ABLATE_TORCH_INDEX=<url>      a pip index for torch (without it, on Linux: the +cpu build, from pip's
+#                                 configured sources or else PyTorch's CPU index; on a GPU box, install
+#                                 your CUDA torch into .venv first, or name its index here: either is kept)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,13 +23,19 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  echo "setup: installing torch 2.13.0 (CPU build)" >&2
   if [ -n "${ABLATE_TORCH_INDEX:-}" ]; then
+    echo "setup: installing torch 2.13.0 from $ABLATE_TORCH_INDEX" >&2
     "${PIP[@]}" install torch==2.13.0 --index-url "$ABLATE_TORCH_INDEX"
-  else
+  elif [ "$(uname -s)" != Linux ]; then  # macOS, Windows: PyPI's torch is the CPU build
+    echo "setup: installing torch 2.13.0" >&2
     "${PIP[@]}" install torch==2.13.0
+  else  # Linux: PyPI's torch is the CUDA build (several GB); the +cpu build, from pip's own sources or PyTorch's
+    echo "setup: installing torch 2.13.0+cpu (the CPU build)" >&2
+    "${PIP[@]}" install torch==2.13.0+cpu 2>/dev/null \
+      || "${PIP[@]}" install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
+"$VENV/bin/python" -c "import torch" # fail loudly if no branch above installed it
 echo "setup: installing ablate and its dependencies" >&2
 "${PIP[@]}" install -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import ablate, trl, peft, bitsandbytes, hydra, wandb" # fail loudly if the line above did
