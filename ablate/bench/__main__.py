@@ -19,6 +19,7 @@ from ablate.inputs import RunInputs
 from ablate.tasks.pair_tokens import pair_batches
 
 log = logging.getLogger("ablate.bench")
+RUN_GROUPS = ("model", "task", "algo")  # the run's config groups the bench takes as they are
 
 
 @dataclass
@@ -100,6 +101,27 @@ def _own_gb(frame) -> str:
     return f"{rows.loc['full', 'own_bytes'] / 1e9:.2f}" if "full" in rows.index else "n/a"
 
 
+def usage() -> str:
+    """What ``--help`` prints: what the bench does and its settings with their defaults (``conf/bench.yaml``)."""
+    from dataclasses import fields
+
+    from ablate.bench.config import BenchConfig
+
+    defaults = compose_bench([])
+    own = [f"  {f.name}={getattr(defaults, f.name)}" for f in fields(BenchConfig) if f.name not in RUN_GROUPS]
+    return "\n".join(
+        [
+            "usage: python -m ablate.bench [key=value ...]",
+            "",
+            __doc__.strip(),
+            "",
+            "settings (conf/bench.yaml), with their defaults:",
+            *own,
+            "and any run override: model=..., task=..., algo=... (e.g. model=tiny: seconds)",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
@@ -113,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     overrides = sys.argv[1:] if argv is None else argv
+    if {"-h", "--help"} & set(overrides):
+        print(usage())
+        return 0
     try:
         bench = compose_bench(overrides)
         configs = run_configs(bench.regimes, overrides)

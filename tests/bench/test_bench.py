@@ -83,3 +83,11 @@ def test_bench_bad_input_is_one_line(tmp_path, args, says):
     )
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and says in res.stderr
+
+
+def test_bench_help_lists_its_settings_and_runs_nothing(capsys):
+    from ablate.bench.__main__ import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m ablate.bench") and "  repeats=5" in out and "model=tiny" in out
