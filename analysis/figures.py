@@ -145,7 +145,7 @@ def kl_error(
         conds = condition_handles({groups[r][1]: markers[r] for r in shown})
         extra = [h for h in ax.get_legend_handles_labels()[0] if h.get_label() == "stand-in = true"]
         ax.legend(handles=[*regimes.values(), *conds, *extra], fontsize=7, ncol=2)
-    else:
+    elif ax.get_legend_handles_labels()[0]:  # no run drawn: no legend
         ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
 
