@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--regimes", default=None, help="only these references, comma-separated (e.g. full,int8,cached); default: all"
     )
+    r.add_argument(
+        "--seeds", default=None, help="only these seeds, comma-separated (conditions on the same seeds); default: all"
+    )
     r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
     r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
     r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--report", type=Path, default=None, help="a report folder: check its equivalence.csv too")
     k.add_argument("--baseline", default="full", help="the report's baseline regime (full)")
     k.add_argument("--regimes", default=None, help="the report's --regimes, if it had one")
+    k.add_argument("--seeds", default=None, help="the report's --seeds, if it had one")
     k.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of the figures (1e-9)")
     k.add_argument("--itol", type=float, default=0.1, help="interval ends, as a fraction of its width (0.1)")
     k.add_argument("--boot", type=int, default=4000, help="the separate bootstrap's resamples (4000)")
@@ -102,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not args.folders:
                 parser.error("give at least one sweep folder")
-            regimes = [x.strip() for x in args.regimes.split(",") if x.strip()] if args.regimes else None
-            data = load.load_runs(*args.folders, regimes=regimes)
+            data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
@@ -119,6 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
     return 0
+
+
+def _listed(text: str | None) -> list[str] | None:
+    """A comma-separated option's items (None: the option was not given)."""
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    """``--seeds 0,1,2`` as integers; anything else is one clear line."""
+    try:
+        return None if text is None else [int(x) for x in _listed(text) or []]
+    except ValueError:
+        raise ValueError(f"--seeds takes integers separated by commas, got {text!r}") from None
 
 
 def _archive(args) -> int:
@@ -140,10 +156,16 @@ def _recheck(args) -> int:
     if args.report is not None and not (args.report / "equivalence.csv").is_file():
         print(f"analysis: error: no equivalence.csv in {args.report}", file=sys.stderr)
         return 2
-    regimes = args.regimes.split(",") if args.regimes else None
     try:
         found = recheck(
-            args.folders, args.report, args.baseline, regimes, rtol=args.rtol, itol=args.itol, n_boot=args.boot
+            args.folders,
+            args.report,
+            args.baseline,
+            _listed(args.regimes),
+            seeds=_seeds(args.seeds),
+            rtol=args.rtol,
+            itol=args.itol,
+            n_boot=args.boot,
         )
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)

@@ -230,9 +230,10 @@ def load_folder_record(job_dir: Path, root: Path) -> RunRecord:
     return RunRecord(job=name, source=str(job_dir), config=cfg, summary=summary, history=history)
 
 
-def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None) -> Runs:
+def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None, seeds: Iterable[int] | None = None) -> Runs:
     """Every job below the given sweep (or run) folders; with ``regimes``, only the jobs of those references (by
-    name: ``ema`` keeps every ``ema(...)`` variant)."""
+    name: ``ema`` keeps every ``ema(...)`` variant); with ``seeds``, only the jobs of those seeds (conditions
+    compared on the same seeds when one sweep ran more of them)."""
     from ablate.status import job_dirs
 
     records, sweeps = [], []
@@ -250,6 +251,13 @@ def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None) -> Run
         if missing:
             raise ValueError(f"no runs of regime {', '.join(missing)} below {', '.join(map(str, folders))}")
         records = [r for r in records if name(r) in wanted]
+    if seeds is not None:
+        wanted_seeds = {int(s) for s in seeds}
+        seed = lambda r: (r.summary or {}).get("seed", r.config.get("seed"))  # noqa: E731
+        missing = sorted(wanted_seeds - {seed(r) for r in records})
+        if missing:
+            raise ValueError(f"no runs of seed {', '.join(map(str, missing))} below {', '.join(map(str, folders))}")
+        records = [r for r in records if seed(r) in wanted_seeds]
     return build(records, sweeps)
 
 

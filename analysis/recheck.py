@@ -360,12 +360,17 @@ def _verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: flo
 
 
 def recheck(
-    folders: list[Path], report: Path | None, baseline: str = "full", regimes: list[str] | None = None, **opts
+    folders: list[Path],
+    report: Path | None,
+    baseline: str = "full",
+    regimes: list[str] | None = None,
+    seeds: list[int] | None = None,
+    **opts,
 ) -> Findings:
     from analysis.load import load_runs
 
     opts = {"rtol": 1e-9, "itol": 0.1, "n_boot": 4000, "seed": 20261201, "alpha": 0.05, **opts}
-    runs = load_runs(*folders, regimes=regimes).runs
+    runs = load_runs(*folders, regimes=regimes, seeds=seeds).runs
     final_rows.cache_clear()  # read the samples as they are now
     found = Findings()
     recheck_summaries(runs, found, opts["rtol"])

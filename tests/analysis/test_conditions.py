@@ -226,3 +226,19 @@ def test_the_sensitivity_figure_s_beta_markers_are_the_beta_conditions_markers()
     assert [by_name[f"algo.beta={b:g}"] for b in sorted(betas)] == list(by_beta.values()) == ["o", "s", "^", "D"]
     handles = condition_handles(by_name)
     assert [(h.get_label(), h.get_marker()) for h in handles] == list(by_name.items())
+
+
+def test_seeds_keep_only_those_seeds_and_an_absent_one_is_one_line(tmp_path, capsys):
+    root = _sweeps(tmp_path / "sweeps")
+    both = load_runs(root / "beta0.03", root / "beta0.3").runs
+    one = load_runs(root / "beta0.03", root / "beta0.3", seeds=[1]).runs
+    assert sorted(set(both["seed"])) == [0, 1] and set(one["seed"]) == {1}
+    assert len(one) == len(both[both["seed"] == 1])
+    out = tmp_path / "report"
+    assert _report(root / "beta0.03", "--out", out, "--seeds", "0,7") == 2
+    assert capsys.readouterr().err.strip() == f"analysis: error: no runs of seed 7 below {root / 'beta0.03'}"
+    assert _report(root / "beta0.03", "--out", out, "--seeds", "zero") == 2
+    assert "--seeds takes integers" in capsys.readouterr().err
+    assert _report(root / "beta0.03", "--out", out, "--seeds", "1") == 0
+    text = (out / "report.md").read_text()
+    assert "; seeds 1;" in text and "--seeds 1" in text  # the command, hence its reproduction, keeps the filter
