@@ -35,7 +35,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
       || "${PIP[@]}" install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$VENV/bin/python" -c "import torch" # fail loudly if no branch above installed it
+"$VENV/bin/python" -c "import torch" 2>/dev/null || { echo "setup: error: torch did not install" >&2; exit 1; }
 echo "setup: installing ablate and its dependencies" >&2
 "${PIP[@]}" install -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import ablate, trl, peft, bitsandbytes, hydra, wandb" # fail loudly if the line above did
