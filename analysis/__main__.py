@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
     s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
     s.add_argument(
+        "--reference-condition",
+        default=None,
+        help="runs varying a setting: the condition the baseline's others are compared with (e.g. algo.beta=0.1; "
+        "default: the one with the most baseline seeds)",
+    )
+    s.add_argument(
         "--margin",
         action="append",
         default=[],
@@ -90,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = build_config(
-            args.margin, args.primary, args.alpha, args.baseline, args.null_control, args.boot, args.boot_seed
+            args.margin,
+            args.primary,
+            args.alpha,
+            args.baseline,
+            args.null_control,
+            args.boot,
+            args.boot_seed,
+            args.reference_condition,
         )
     except ValueError as e:
         parser.error(str(e))
@@ -107,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.folders:
                 parser.error("give at least one sweep folder")
             data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
+        if config.reference_condition is not None:  # one line before any table is computed
+            from analysis.conditions import reference_condition
+
+            reference_condition(data.runs, config.baseline, config.reference_condition)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2

@@ -3,8 +3,9 @@
 The report's verdicts compare each regime with the baseline *within* a condition. When a sweep varies a setting,
 the first question is what that setting does to the exact reference itself (the DPO paper's reward-KL frontier moving
 with beta; GRPO's KL estimator and its placement). This section answers it with the same machinery: the baseline's
-runs, relabelled by condition, each compared with the *reference condition* (the one with the most baseline seeds;
-ties: the first in the conditions' natural order) by the same paired intervals and the same verdict rule. The
+runs, relabelled by condition, each compared with the *reference condition* (``--reference-condition``, else the one
+with the most baseline seeds; ties: the first in the conditions' natural order) by the same paired intervals and the
+same verdict rule. The
 pairing holds because every condition evaluates the same prompts with the same coupled random streams per seed.
 """
 
@@ -20,15 +21,18 @@ from analysis.report_config import ReportConfig
 from analysis.report_verdicts import own_table, verdict_table
 
 
-def reference_condition(runs: pd.DataFrame, baseline: str) -> str | None:
-    """The condition whose baseline runs have the most seeds (the first in natural order on a tie); None without
-    two."""
+def reference_condition(runs: pd.DataFrame, baseline: str, chosen: str | None = None) -> str | None:
+    """``chosen`` (it must be a condition with finished baseline runs), else the condition whose baseline runs have
+    the most seeds (the first in natural order on a tie); None without two conditions."""
     done = runs[(runs["status"] == "finished") & (runs["regime"] == baseline)]
     seeds = done.groupby("condition", sort=False)["seed"].nunique()
     seeds = seeds.loc[sorted(seeds.index, key=natural_key)]
+    if chosen is not None and chosen not in seeds.index:
+        known = ", ".join(map(str, seeds.index)) or "none"
+        raise ValueError(f"--reference-condition {chosen}: no finished {baseline} runs under it (conditions: {known})")
     if len(seeds) < 2:
         return None
-    return str(seeds.idxmax())
+    return chosen if chosen is not None else str(seeds.idxmax())
 
 
 def _relabelled(frame: pd.DataFrame, baseline: str, label: str) -> pd.DataFrame:
@@ -43,7 +47,7 @@ def _relabelled(frame: pd.DataFrame, baseline: str, label: str) -> pd.DataFrame:
 def across(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """(each condition's own intervals, each against the reference condition's verdict rows, that condition) for
     the baseline; empty frames when there are fewer than two conditions with baseline runs."""
-    ref = reference_condition(runs, cfg.baseline)
+    ref = reference_condition(runs, cfg.baseline, cfg.reference_condition)
     if ref is None:
         return pd.DataFrame(), pd.DataFrame(), ""
     label = f"{cfg.baseline} across conditions"
@@ -60,11 +64,12 @@ def section(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig, out) -
     if len(eq):
         eq.to_csv(out / "conditions.csv", index=False)
     ref_cfg = dataclasses.replace(cfg, baseline=ref)
+    why = "chosen" if cfg.reference_condition else f"the one with the most `{cfg.baseline}` seeds"
     lines = [
         f"## `{cfg.baseline}` across conditions: what the setting itself does",
         "",
         f"`{cfg.baseline}` under each condition (its own values, 95% intervals), then each condition against "
-        f"**{ref}** (the one with the most `{cfg.baseline}` seeds), paired by seed and prompt, with the same margins "
+        f"**{ref}** ({why}), paired by seed and prompt, with the same margins "
         "and verdict rule as the regimes (see `analysis/conditions.py`).",
         "",
         own_table(own, cfg, "condition"),

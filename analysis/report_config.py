@@ -49,6 +49,7 @@ class ReportConfig:
     null_control: str = "cached"  # a regime that must come out equivalent to the baseline
     n_boot: int = 2000  # bootstrap resamples
     seed: int = 0  # the bootstrap's seed: the same report every time
+    reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
 
     def metrics(self) -> list[str]:
         """The metrics that get a verdict, the primary first."""
@@ -93,6 +94,7 @@ def build_config(
     null_control: str = "cached",
     n_boot: int = 2000,
     seed: int = 0,
+    reference_condition: str | None = None,
 ) -> ReportConfig:
     """A config from CLI-style values: ``margins`` override or add to the defaults."""
     if not 0 < alpha < 0.5:
@@ -101,4 +103,4 @@ def build_config(
         raise ValueError(f"the bootstrap needs at least 100 resamples, not {n_boot}")
     resolved = default_margins()
     resolved.update(parse_margin(m) for m in margins or [])
-    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed)
+    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition)

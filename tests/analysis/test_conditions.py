@@ -242,3 +242,17 @@ def test_seeds_keep_only_those_seeds_and_an_absent_one_is_one_line(tmp_path, cap
     assert _report(root / "beta0.03", "--out", out, "--seeds", "1") == 0
     text = (out / "report.md").read_text()
     assert "; seeds 1;" in text and "--seeds 1" in text  # the command, hence its reproduction, keeps the filter
+
+
+def test_a_chosen_reference_condition_is_the_one_the_others_are_compared_with(tmp_path, capsys):
+    root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
+    args = (root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8")
+    assert _report(*args, "--reference-condition", "algo.beta=0.3") == 0
+    across = pd.read_csv(out / "conditions.csv").set_index("metric")
+    assert across.loc["reward_delta", "regime"] == "algo.beta=0.03"  # 0.03 against the chosen 0.3: the sign flips
+    assert across.loc["reward_delta", "diff"] == pytest.approx(0.2)
+    assert "against **algo.beta=0.3** (chosen)" in (out / "report.md").read_text()
+    assert _report(*args, "--reference-condition", "algo.beta=1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("analysis: error: --reference-condition algo.beta=1: no finished full runs under it")
+    assert len(err.splitlines()) == 1
