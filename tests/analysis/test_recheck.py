@@ -27,7 +27,7 @@ def _report_args(name: str) -> tuple[list[str], dict]:
     line = [ln for ln in text.split("```")[1].splitlines() if ln.startswith("python -m analysis report ")][-1]
     argv = shlex.split(line)[4:]
     folders = argv[: next(i for i, a in enumerate(argv) if a.startswith("--"))]
-    opts = {k: argv[argv.index(f"--{k}") + 1] for k in ("baseline", "regimes") if f"--{k}" in argv}
+    opts = {k: argv[argv.index(f"--{k}") + 1] for k in ("baseline", "regimes", "seeds") if f"--{k}" in argv}
     return folders, opts
 
 
@@ -39,12 +39,15 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     folders, opts = _report_args(name)
     monkeypatch.chdir(REPO)
     regimes = opts["regimes"].split(",") if "regimes" in opts else None
+    seeds = [int(s) for s in opts["seeds"].split(",")] if "seeds" in opts else None
     report = REPO / "reports" / name
-    found = recheck(folders, report, opts.get("baseline", "full"), regimes, n_boot=1000)
+    found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds, n_boot=1000)
     assert found.errors == []
     names = ("equivalence.csv", "conditions.csv", "primary.csv")
     tables = [pd.read_csv(report / t) for t in names if (report / t).is_file()]
     boot = sum(int(t["method"].str.contains("hierarchical bootstrap").sum()) for t in tables)
+    if (report / "sensitivity.csv").is_file():  # the beta report: each of its rows is checked too
+        boot += len(pd.read_csv(report / "sensitivity.csv"))
     assert found.runs >= 10 and found.rows == boot >= 60  # every bootstrap row of the three tables was checked
 
 
