@@ -141,7 +141,8 @@ def figure(f: pd.DataFrame, path: Path, baseline: str) -> Path:
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colors[n], lw=3, label=n) for n in colors]
     handles += condition_handles({f"beta {b:g}": marker[b] for b in betas})
-    axes.flat[0].legend(handles=handles, fontsize=7, loc="best")
+    right = axes.flat[min(ncols, len(metrics)) - 1]  # beside the top row's last panel: it covers no point
+    right.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return save(fig, path)
 
 
