@@ -5,8 +5,8 @@ the first question is what that setting does to the exact reference itself (the 
 with beta; GRPO's KL estimator and its placement). This section answers it with the same machinery: the baseline's
 runs, relabelled by condition, each compared with the *reference condition* (``--reference-condition``, else the one
 with the most baseline seeds; ties: the first in the conditions' natural order) by the same paired intervals and the
-same verdict rule. The
-pairing holds because every condition evaluates the same prompts with the same coupled random streams per seed.
+same verdict rule. The pairing holds because every condition evaluates the same prompts with the same coupled
+random streams per seed.
 """
 
 from __future__ import annotations

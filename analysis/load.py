@@ -244,21 +244,20 @@ def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None, seeds:
         records += [load_folder_record(d, f) for d in job_dirs(f)]
     if not records:
         raise ValueError(f"no run folders (with config.yaml) below {', '.join(map(str, folders))}")
-    if regimes is not None:
-        wanted = list(regimes)
-        name = lambda r: (r.summary or {}).get("regime", r.config.get("ref.name"))  # noqa: E731
-        missing = sorted(set(wanted) - {name(r) for r in records})
-        if missing:
-            raise ValueError(f"no runs of regime {', '.join(missing)} below {', '.join(map(str, folders))}")
-        records = [r for r in records if name(r) in wanted]
-    if seeds is not None:
-        wanted_seeds = {int(s) for s in seeds}
-        seed = lambda r: (r.summary or {}).get("seed", r.config.get("seed"))  # noqa: E731
-        missing = sorted(wanted_seeds - {seed(r) for r in records})
-        if missing:
-            raise ValueError(f"no runs of seed {', '.join(map(str, missing))} below {', '.join(map(str, folders))}")
-        records = [r for r in records if seed(r) in wanted_seeds]
+    for what, config_key, wanted in (("regime", "ref.name", regimes), ("seed", "seed", seeds)):
+        if wanted is not None:
+            records = _only(records, what, config_key, set(wanted), folders)
     return build(records, sweeps)
+
+
+def _only(records: list[RunRecord], what: str, config_key: str, wanted: set, folders) -> list[RunRecord]:
+    """The records whose ``what`` (the summary's key, else the config's ``config_key``) is among ``wanted``; one
+    wanted value no record has is an error."""
+    value = lambda r: (r.summary or {}).get(what, r.config.get(config_key))  # noqa: E731
+    missing = sorted(wanted - {value(r) for r in records})
+    if missing:
+        raise ValueError(f"no runs of {what} {', '.join(map(str, missing))} below {', '.join(map(str, folders))}")
+    return [r for r in records if value(r) in wanted]
 
 
 # -------------------------------------------------------------------------------------------------- W&B

@@ -129,6 +129,9 @@ def _precision(ctx: RefContext) -> str:
 
 @register(DistilledRefConfig)
 class DistilledReference(ModelReference):
+    """A smaller student of the SFT model (its own layers, or ``ref.path``), distilled on the SFT distribution
+    until its held-out KL meets a target (cached)."""
+
     EXTRA_DOCS = {
         "cache_hit": "1 when the student came from the cache (distilled by an earlier job, whose figures below are), "
         "else 0",
@@ -150,8 +153,6 @@ class DistilledReference(ModelReference):
         "student_nonembedding_fraction": "student_nonembedding_params / teacher_nonembedding_params",
         "student_layers": "transformer blocks of the student",
     }
-    """A smaller student of the SFT model (its own layers, or ``ref.path``), distilled on the SFT distribution
-    until its held-out KL meets a target (cached)."""
 
     needs_pairs = True
 
