@@ -31,6 +31,11 @@ def _report_args(name: str) -> tuple[list[str], dict]:
     return folders, opts
 
 
+def _seeds(opts: dict) -> list[int] | None:
+    """A report command's ``--seeds``, parsed; None where it reads every seed."""
+    return [int(x) for x in opts["seeds"].split(",")] if "seeds" in opts else None
+
+
 REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "equivalence.csv").is_file()]
 
 
@@ -39,7 +44,7 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     folders, opts = _report_args(name)
     monkeypatch.chdir(REPO)
     regimes = opts["regimes"].split(",") if "regimes" in opts else None
-    seeds = [int(s) for s in opts["seeds"].split(",")] if "seeds" in opts else None
+    seeds = _seeds(opts)
     report = REPO / "reports" / name
     found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds, n_boot=1000)
     assert found.errors == []
@@ -117,7 +122,7 @@ def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path)
     table.loc[row, "diff"] += 1e-6
     table.to_csv(tmp_path / "conditions.csv", index=False)
     opts = _report_args("grpo_kl")[1]  # its seeds: the report may read fewer than its archive holds
-    seeds = [int(s) for s in opts["seeds"].split(",")] if "seeds" in opts else None
+    seeds = _seeds(opts)
     found = recheck(sorted((tmp_path / "runs").iterdir()), tmp_path, seeds=seeds, n_boot=300, itol=1.0)
     assert found.errors == [found.errors[0]]
     assert found.errors[0].startswith("full: algo.kl_estimator=k2 - algo.kl_estimator=k1: kl_true: reported")
