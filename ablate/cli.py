@@ -161,6 +161,19 @@ def check_config(cfg) -> None:
     validate(cfg)
     check_packages(cfg)
     check_source(cfg.model)
+    check_task(cfg)
+
+
+def check_task(cfg) -> None:
+    """The task's data and the judges, read and checked before any model loads: ``task=dataset``'s file (every
+    row; :mod:`ablate.tasks.dataset`), a model judge's folder (:func:`ablate.tasks.judges.check`)."""
+    from ablate.tasks import judges
+
+    if cfg.task.name == "dataset":
+        from ablate.inputs import task_data
+
+        task_data(cfg)
+    judges.check(cfg)
 
 
 def preflight(argv: list[str]) -> int:
@@ -258,6 +271,8 @@ def _hydra_main() -> None:
         try:
             summary = run_job(cfg)
         except Exception as e:
+            if isinstance(e, AblateError) and not sweeping and processes == 1:
+                _error_exit(f"{e} ({cfg.out_dir})")  # found once models loaded (the wrong reference): one line
             if processes > 1:  # one line per process; the launcher stops the others and reports its own
                 where = f"process {distributed.rank()} of {processes}"
                 if "Connection reset by peer" in str(e) or "Connection closed by peer" in str(e):

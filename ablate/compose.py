@@ -27,7 +27,9 @@ _session = {"open": False}  # whether a hydra_session is open in this process (n
 # their own (ablate.refs.register) and one schema serves every logger option
 OPTION_SCHEMAS = {
     "model": (C.SmolLM2ModelConfig, C.TinyModelConfig, C.HFModelConfig),
-    "task": (C.TaskConfig,),
+    "task": (C.TaskConfig, C.DatasetTaskConfig),
+    "judge": (C.JudgeConfig, C.RewardModelJudgeConfig),
+    "safety": (C.SafetyConfig, C.ClassifierSafetyConfig),
     "algo": (C.DPOConfig, C.GRPOAlgoConfig, C.PPOAlgoConfig),
 }
 

@@ -75,7 +75,7 @@ def _missing_option(text: str) -> str | None:
 def _unknown_group(text: str) -> str | None:
     m = re.search(r"Could not override '([^']+)'", text)
     if m and "No match in the defaults list" in text:
-        return f"unknown config group {m.group(1)!r}; groups are: model, task, algo, ref, logger"
+        return f"unknown config group {m.group(1)!r}; groups are: model, task, judge, safety, algo, ref, logger"
     return None
 
 

@@ -17,11 +17,12 @@ from ablate.models.loading import ModelSource, load_model, load_tokenizer, resol
 from ablate.paths import cache_root
 from ablate.refs.base import RefContext, Reference, regime_class
 from ablate.refs.model_backed import ModelReference, freeze
+from ablate.tasks.dataset import TaskData, drop_long_prompts, load_task
+from ablate.tasks.heldout import heldout_texts
+from ablate.tasks.judges import make_judge, make_safety
 from ablate.tasks.pair_tokens import pair_batches
 from ablate.tasks.pairs import Pair, pairs_for_run
 from ablate.tasks.prompts import make_prompts
-from ablate.tasks.reward import GoldReward
-from ablate.tasks.safety import SafetyJudge
 
 
 @dataclass
@@ -33,23 +34,35 @@ class RunInputs:
     source: ModelSource
     tokenizer: Any
     prompts: dict[str, list[str]]  # "train", "eval", "test"
-    reward: GoldReward
-    safety: SafetyJudge
+    reward: Any  # the gold reward: ablate.tasks.judges (judge=...)
+    safety: Any  # the safety judge (safety=...)
+    heldout: list[str]  # the text the policy's perplexity is measured on
+    data: TaskData | None = None  # task=dataset: what was read from the user's data
     _frozen: torch.nn.Module | None = field(default=None, init=False, repr=False)  # see frozen_copy
 
     @classmethod
     def build(cls, cfg: Config) -> RunInputs:
         root = cache_root()
         source = resolve_source(cfg.model, root)
-        task = cfg.task
+        task, device = cfg.task, resolve_device(cfg.model.device)
+        tokenizer = load_tokenizer(source)
+        if task.name == "dataset":
+            data = task_data(cfg)
+            drop_long_prompts(data, tokenizer, getattr(cfg.algo, "max_length", None))
+            prompts, heldout = data.prompts, data.heldout
+        else:
+            data, heldout = None, heldout_texts()
+            prompts = make_prompts(task.n_train, cfg.eval.n_prompts, task.n_test, seed=task.split_seed)
         return cls(
             cache_root=root,
-            device=resolve_device(cfg.model.device),
+            device=device,
             source=source,
-            tokenizer=load_tokenizer(source),
-            prompts=make_prompts(task.n_train, cfg.eval.n_prompts, task.n_test, seed=task.split_seed),
-            reward=GoldReward(),
-            safety=SafetyJudge(task.unsafe_threshold),
+            tokenizer=tokenizer,
+            prompts=prompts,
+            reward=make_judge(cfg.judge, device=device, cache_root=root),
+            safety=make_safety(cfg.safety, task.unsafe_threshold, device=device, cache_root=root),
+            heldout=heldout,
+            data=data,
         )
 
     def load(self, **overrides) -> torch.nn.Module:
@@ -64,7 +77,10 @@ class RunInputs:
         return self._frozen
 
     def pairs(self, cfg: Config) -> tuple[list[Pair], bool, Any]:
-        """The run's preference pairs: ``(pairs, cache hit, cache entry)`` (generated on a miss)."""
+        """The run's preference pairs: ``(pairs, cache hit, cache entry)``: the data's own (``task=dataset`` with
+        pairs; the entry is the data, hit true), else sampled from the SFT model and judged (generated on a miss)."""
+        if self.data is not None and self.data.pairs is not None:
+            return self.data.pairs, True, self.data
         return pairs_for_run(
             cfg,
             self.cache_root,
@@ -117,3 +133,24 @@ def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None
                 "(ablate.config.validate); a regime built by hand needs a batch size"
             )
         reference.prepare(pair_batches(tokenizer, pairs or [], rows, ctx.max_length))
+
+
+_TASK_DATA: dict[str, TaskData] = {}  # one read per process: preflight's check and the job read the same data
+
+
+def task_data(cfg: Config) -> TaskData:
+    """``task=dataset``'s data (:func:`ablate.tasks.dataset.load_task`), read once per process for the same
+    settings and the same file state."""
+    import copy
+    import json
+    from dataclasses import asdict
+
+    task = cfg.task
+    stamp = []
+    for p in (task.path, task.test_path):
+        path = Path(p).expanduser() if p else None
+        stamp.append([p, path.stat().st_size, path.stat().st_mtime_ns] if path and path.is_file() else p)
+    key = json.dumps([asdict(task), cfg.eval.n_prompts, stamp], default=str)
+    if key not in _TASK_DATA:
+        _TASK_DATA[key] = load_task(task, cfg.eval.n_prompts)
+    return copy.deepcopy(_TASK_DATA[key])

@@ -37,19 +37,21 @@ def make_evaluator(
     reward,
     safety,
     device,
+    heldout: list[str] | None = None,
     proxy=None,
     cache_root=None,
     model_fingerprint: str | None = None,
     fidelity=None,
 ):
     """The run's evaluator: it samples and scores in ``eval.precision`` (not the policy's training precision),
+    its perplexity on ``heldout`` (default: the package's held-out text),
     with the sampling seed ``eval.seed`` or, when unset, one derived from the run's ``seed``. With a
     ``cache_root`` (and the judge's ``model_fingerprint``) its SFT baseline is cached there, once per sweep."""
     return Evaluator(
         judge=judge,
         tokenizer=tokenizer,
         prompts=prompts,
-        heldout=heldout_texts(),
+        heldout=heldout_texts() if heldout is None else heldout,
         reward=reward,
         safety=safety,
         eval_cfg=cfg.eval,
@@ -82,6 +84,8 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     learned = getattr(cfg.algo, "reward", "gold") == "learned"  # PPO and GRPO may train on a proxy
     with distributed.main_first():  # what is cached (the converted model, pairs, a learned reward) is made once
         inputs = RunInputs.build(cfg)
+        if inputs.data is not None:
+            extra["data"] = inputs.data.summary()
         pairs = load_pairs(cfg, inputs, extra) if algo.needs_pairs or regime_cls.needs_pairs or learned else None
         proxy = load_proxy(cfg, inputs, pairs, extra) if learned else None
     # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so
@@ -90,11 +94,14 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     policy = inputs.load()
     if cfg.model.adapter.enabled:
         policy = add_adapter(policy, cfg.model.adapter)
+    if resume is None:
+        check_reference_is_policy(cfg, inputs, policy, pairs if algo.needs_pairs else None)
     evaluator = make_evaluator(
         cfg,
         judge=inputs.frozen_copy(),  # ref=full reads the same copy (RunInputs.ref_context)
         tokenizer=inputs.tokenizer,
         prompts=inputs.prompts["eval"],
+        heldout=inputs.heldout,
         reward=inputs.reward,
         safety=inputs.safety,
         device=inputs.device,
@@ -122,12 +129,32 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     return reference
 
 
+def check_reference_is_policy(cfg: Config, inputs: RunInputs, policy, pairs) -> None:
+    """The wrong-reference guard (:mod:`ablate.eval.reference_guard`): before the first step, the run's full
+    reference (its frozen SFT copy) gives the policy's log-probs exactly, in fp32, on the first training batch."""
+    from ablate.eval.reference_guard import check_reference, first_batch
+
+    rows = min(cfg.algo.batch_size, 4)
+    ids, mask = first_batch(
+        inputs.tokenizer,
+        pairs=pairs,
+        prompts=inputs.prompts["train"],
+        rows=rows,
+        max_length=getattr(cfg.algo, "max_length", None),
+    )
+    check_reference(policy, inputs.frozen_copy(), ids, mask)
+    log.info("reference check: the full reference gives the policy's log-probs exactly on the first batch")
+
+
 def load_pairs(cfg: Config, inputs: RunInputs, extra: dict[str, Any]) -> list:
     """The run's preference pairs (DPO's data; what ``cached`` and ``distilled`` are built from; a learned
     reward's training data), cached content-addressed."""
     pairs, hit, entry = inputs.pairs(cfg)
     extra.update(n_pairs=len(pairs), pairs_cache_hit=hit, pairs_cache=str(entry.path))
-    log.info("%d preference pairs (%s)", len(pairs), "cache hit" if hit else "generated")
+    from_data = entry is inputs.data
+    log.info(
+        "%d preference pairs (%s)", len(pairs), "from the data" if from_data else "cache hit" if hit else "generated"
+    )
     return pairs
 
 

@@ -226,6 +226,7 @@ def job_extra(cfg: Config, resumed_from: int | None) -> dict[str, Any]:
     if resumed_from is not None:
         extra["resumed_from_step"] = resumed_from
     extra["provenance"] = provenance()
+    extra["provenance"]["task"] = task_identity(cfg)
     return extra
 
 
@@ -248,3 +249,13 @@ def train_and_summarise(cfg: Config, folder, logger, state: JobState, extra: dic
         logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
         logger.finish(failed=state.status != "finished")
     return summary
+
+
+def task_identity(cfg: Config) -> dict[str, Any]:
+    """What the run was judged on, for the provenance: the task (and its data's location), the gold reward and the
+    safety judge by name and path (their content hashes are in the cache keys and in ``data``)."""
+    out: dict[str, Any] = {"task": cfg.task.name, "judge": cfg.judge.name, "safety": cfg.safety.name}
+    for key, node in (("data", cfg.task), ("judge_path", cfg.judge), ("safety_path", cfg.safety)):
+        if getattr(node, "path", None):
+            out[key] = str(node.path)
+    return out

@@ -25,7 +25,9 @@ BAD = [
     (["ref=nope"], f"unknown ref 'nope' (choose from: {REFS})"),
     (["algo=nope"], "unknown algo 'nope' (choose from: dpo, grpo, ppo)"),
     (["model=nope"], "unknown model 'nope' (choose from: hf, smollm2, tiny)"),
-    (["task=nope"], "unknown task 'nope' (choose from: sentiment)"),
+    (["task=nope"], "unknown task 'nope' (choose from: dataset, sentiment)"),
+    (["judge=nope"], "unknown judge 'nope' (choose from: reward_model, vader)"),
+    (["safety=nope"], "unknown safety 'nope' (choose from: classifier, profanity)"),
     (["logger=nope"], "unknown logger 'nope' (choose from: none, wandb)"),
     (["hydra/launcher=nope"], "unknown hydra/launcher 'nope' (choose from: basic, "),
     (["-m", "+sweep=nope"], "unknown sweep 'nope' (choose from: algos, beta, "),
@@ -334,3 +336,109 @@ def test_a_package_missing_at_import_is_named():
 def test_preflight_raises_ablate_errors_only():
     with pytest.raises(AblateError):
         cli.preflight(["task.temperature=0.5"])
+
+
+# ---------------------------------------------------------------------------------------- the user's data
+GOOD = {"prompt": "Review a film.", "chosen": "A fine film.", "rejected": "A dull film."}
+# file name -> its text; each a mistake a user makes in their data (ablate.tasks.dataset)
+DATA_FILES = {
+    "empty.jsonl": "",
+    "bad_json.jsonl": json.dumps(GOOD) + "\n{not json\n",
+    "array_row.jsonl": json.dumps(GOOD) + "\n[1, 2]\n",
+    "no_prompt.jsonl": json.dumps({"question": "q", "chosen": "a", "rejected": "b"}) + "\n",
+    "no_rejected.jsonl": json.dumps({"prompt": "q", "chosen": "a"}) + "\n",
+    "empty_field.jsonl": json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "chosen": "  "}) + "\n",
+    "number_field.jsonl": json.dumps({**GOOD, "prompt": 3}) + "\n",
+    "half_pair.jsonl": json.dumps({**GOOD, "rejected": None}) + "\n",
+    "bad_split.jsonl": json.dumps({**GOOD, "split": "dev"}) + "\n",
+    "bad_message.jsonl": json.dumps({**GOOD, "prompt": [{"role": "user", "text": "hi"}]}) + "\n",
+    "user_last.jsonl": json.dumps({**GOOD, "chosen": [{"role": "user", "content": "hi"}]}) + "\n",
+    "all_ties.jsonl": "".join(
+        json.dumps({**GOOD, "prompt": f"p{i}", "rejected": GOOD["chosen"], "split": s}) + "\n"
+        for i, s in enumerate(["train", "train", "test"])
+    ),
+    "no_test.jsonl": json.dumps({**GOOD, "split": "train"}) + "\n",
+    "good.jsonl": json.dumps({**GOOD, "split": "train"})
+    + "\n"
+    + json.dumps({**GOOD, "prompt": "Review a play.", "split": "test"})
+    + "\n",
+    "no_prompt.csv": "question,chosen,rejected\nq,a,b\n",
+    "broken.parquet": "not parquet at all",
+    "latin1.jsonl": None,  # written as bytes below
+    "notes.txt": "a text file",
+}
+DATA_BAD = [
+    (["task.path=/nonexistent/pairs.jsonl"], "task.path=/nonexistent/pairs.jsonl: no such file"),
+    ([], "task=dataset needs task.path=<file or dataset id>"),
+    (["task.path={d}/notes.txt"], "notes.txt: not a .jsonl, .json, .csv or .parquet file"),
+    (["task.path={d}/empty.jsonl"], "empty.jsonl: empty, no rows"),
+    (["task.path={d}/bad_json.jsonl"], "bad_json.jsonl:2: not valid JSON"),
+    (["task.path={d}/array_row.jsonl"], "array_row.jsonl:2: a JSON an array, not an object"),
+    (["task.path={d}/no_prompt.jsonl"], "no column 'prompt' (task.columns.prompt); columns found: chosen, question, rejected"),
+    (["task.path={d}/no_rejected.jsonl"], "a column 'rejected' is missing for the pairs (task.columns); columns found: chosen, prompt"),
+    (["task.path={d}/empty_field.jsonl"], "empty_field.jsonl:2: field 'chosen' is empty"),
+    (["task.path={d}/number_field.jsonl"], "number_field.jsonl:1: field 'prompt' must be text or a list of {role, content} messages, got a number"),
+    (["task.path={d}/half_pair.jsonl"], "half_pair.jsonl:1: field 'rejected' is missing (a pair needs both responses"),
+    (["task.path={d}/bad_split.jsonl"], "bad_split.jsonl:1: field 'split' must be train or test, got 'dev'"),
+    (["task.path={d}/bad_message.jsonl"], "bad_message.jsonl:1: field 'prompt', message 0: not a {role, content} object"),
+    (["task.path={d}/user_last.jsonl"], "user_last.jsonl:1: field 'chosen': a conversation's last message must be the assistant's"),
+    (["task.path={d}/all_ties.jsonl"], "every training pair was dropped ({'chosen_equals_rejected': 2})"),
+    (["task.path={d}/no_test.jsonl"], "no held-out prompts for the evaluation"),
+    (["task.path={d}/no_prompt.csv"], "no_prompt.csv: no column 'prompt'"),
+    (["task.path={d}/broken.parquet"], "broken.parquet: not a readable Parquet file"),
+    (["task.path={d}/latin1.jsonl"], "latin1.jsonl: not UTF-8 text"),
+    (["task.path={d}/no_prompt.jsonl", "task.columns.prompt=question", "task.columns.chosen=good"],
+     "a column 'good' is missing for the pairs"),
+    (["task.path={d}/no_test.jsonl", "task.test_fraction=1.5"], "task.test_fraction must be in (0, 1)"),
+    (["task.path={d}/good.jsonl", "task.heldout=nowhere.txt"], "task.heldout=nowhere.txt: neither builtin, chosen nor a text file"),
+]  # fmt: skip
+JUDGE_BAD = [
+    (["judge=reward_model"], "judge=reward_model needs judge.path=<reward model folder or hub id>"),
+    (["judge=reward_model", "judge.path=/nonexistent/rm"], "judge.path=/nonexistent/rm: no such folder"),
+    (["judge=reward_model", "judge.path={m}/causal"], "has no classification head (architectures: LlamaForCausalLM)"),
+    (["judge=reward_model", "judge.path={m}/small_vocab"], "its tokenizer does not match its model"),
+    (["judge=reward_model", "judge.path={m}/two_labels"], "has 2 outputs (bad, good): name the reward's with judge.label"),
+    (["judge=reward_model", "judge.path={m}/two_labels", "judge.label=great"], "judge.label='great' is not one of"),
+    (["judge=reward_model", "judge.path={m}/no_config"], "has no config.json"),
+    (["safety=classifier", "safety.path={m}/two_labels"], "safety.label='toxic' is not one of the model's labels: bad, good"),
+    (["safety=classifier", "safety.path={m}/one_label"], "has one output: a safety classifier needs a label per class"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    for name, text in DATA_FILES.items():
+        if text is not None:
+            (d / name).write_text(text)
+    (d / "latin1.jsonl").write_bytes(json.dumps(GOOD).encode() + b"\n" + '{"prompt": "caf\u00e9"}'.encode("latin-1"))
+    return d
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory):
+    """Classifier folders, each wrong in one way, beside the tiny causal LM (tests.judges builds them)."""
+    from tests.judges import save_classifier
+
+    d = tmp_path_factory.mktemp("judges")
+    save_classifier(d / "one_label")
+    save_classifier(d / "two_labels", labels=["bad", "good"])
+    save_classifier(d / "small_vocab", vocab_size=1024)
+    save_classifier(d / "causal", causal=True)
+    (d / "no_config").mkdir()
+    return d
+
+
+@pytest.mark.parametrize("args,expected", DATA_BAD, ids=[" ".join(a) for a, _ in DATA_BAD])
+def test_bad_data_is_one_line_before_any_model_loads(run_main, data_dir, args, expected):
+    args = [a.replace("{d}", str(data_dir)) for a in args]
+    assert_one_line(*run_main("model=tiny", "task=dataset", *args), expected)
+
+
+@pytest.mark.parametrize("args,expected", JUDGE_BAD, ids=[" ".join(a) for a, _ in JUDGE_BAD])
+def test_a_judge_that_cannot_load_is_one_line(run_main, judge_dir, args, expected):
+    assert_one_line(*run_main("model=tiny", *[a.replace("{m}", str(judge_dir)) for a in args]), expected)
+
+
+def test_the_data_battery_is_large():
+    assert len(DATA_BAD) >= 12 and len(JUDGE_BAD) >= 5

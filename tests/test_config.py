@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate import config as C
+from ablate.cli import config_groups
 from ablate.compose import compose as compose_typed
 from ablate.compose import register_configs, unknown_keys
 from ablate.config import validate
@@ -16,7 +17,7 @@ from ablate.errors import ConfigError
 from ablate.paths import config_dir
 from tests.conftest import compose
 
-GROUPS = ["model", "task", "algo", "ref", "logger"]
+GROUPS = config_groups()
 
 
 def _options(group: str) -> list[str]:
@@ -27,6 +28,9 @@ def _options(group: str) -> list[str]:
 def test_every_option_composes_and_validates(group, option):
     extra = {
         ("model", "hf"): ["model.name_or_path=/some/folder"],
+        ("task", "dataset"): ["task.path=/some/pairs.jsonl"],
+        ("judge", "reward_model"): ["judge.path=/some/folder"],
+        ("safety", "classifier"): ["safety.path=/some/folder"],
     }.get((group, option), [])
     overrides = [f"{group}={option}", *extra] + (["model=tiny"] if group != "model" else [])
     cfg = compose_typed(*overrides)

@@ -165,7 +165,9 @@ def replayable_epochs(sampler):
 def prompts_dataset(prompts: list[str]):
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in prompts])
+    from ablate.tasks.prompts import as_chat
+
+    return Dataset.from_list([{"prompt": as_chat(p)} for p in prompts])
 
 
 def _texts(completions) -> list[str]:
@@ -173,12 +175,15 @@ def _texts(completions) -> list[str]:
 
 
 def _user_prompts(prompts) -> list[str]:
-    return [p[-1]["content"] if isinstance(p, list) else p for p in prompts]
+    """The harness's prompt strings of TRL's conversational prompts (:func:`ablate.tasks.prompts.from_chat`)."""
+    from ablate.tasks.prompts import from_chat
+
+    return [from_chat(p) if isinstance(p, list) else p for p in prompts]
 
 
 def gold_reward_fn(reward):
     def gold(prompts, completions, **kwargs) -> list[float]:
-        return reward(_texts(completions))
+        return reward(_texts(completions), _user_prompts(prompts))
 
     return gold
 

@@ -300,7 +300,7 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     warning = zero_gradient_warning(cfg.algo.kl_estimator, cfg.algo.placement())
     if warning:
         log.warning(warning)
-    gold = lambda sb: reward(sb.texts)  # noqa: E731
+    gold = lambda sb: reward(sb.texts, sb.prompts)  # noqa: E731
     if proxy is None:
         return PPOTrainer(
             cfg,

@@ -91,6 +91,8 @@ class DivergenceConfig:
 class Config:
     model: Any = MISSING
     task: Any = MISSING
+    judge: Any = MISSING  # the gold reward
+    safety: Any = MISSING  # the safety judge
     algo: Any = MISSING
     ref: Any = MISSING
     logger: Any = MISSING

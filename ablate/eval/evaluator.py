@@ -171,11 +171,13 @@ class Evaluator:
         """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities
         (each process its shard's, gathered)."""
         texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k, seed) for t in b.texts]
-        return distributed.gather_rows(self._scored(texts))
+        return distributed.gather_rows(self._scored(texts, k))
 
-    def _scored(self, texts: list[str]) -> dict[str, list]:
-        """Responses with their gold rewards and unsafe probabilities (the columns every evaluation keeps)."""
-        return {"texts": texts, "rewards": self.reward(texts), "unsafe": self.safety.probs(texts)}
+    def _scored(self, texts: list[str], k: int) -> dict[str, list]:
+        """This shard's responses (``k`` per prompt, prompt-major) with their gold rewards and unsafe probabilities
+        (the columns every evaluation keeps)."""
+        prompts = [self.prompts[i] for i in self.shard for _ in range(k)]
+        return {"texts": texts, "rewards": self.reward(texts, prompts), "unsafe": self.safety.probs(texts)}
 
     def baseline_key(self, k: int | None = None, seed: int | None = None) -> dict:
         """The SFT baseline's cache key (:func:`ablate.eval.baseline_cache.baseline_key`) for these settings, at
@@ -298,7 +300,7 @@ class Evaluator:
         """This process's rows (responses, their rewards, unsafe probabilities and learned reward) with every other
         process's, in prompt order; the audit's per-sample sums, log-probs and NaN reasons gathered in place."""
         rows = {
-            **self._scored(texts),
+            **self._scored(texts, k),
             "approx_logp": audit.approx_logp,
             "judge_logp": audit.judge_logp,
             **{f"audit_{c}": v for c, v in audit.per_sample.items()},

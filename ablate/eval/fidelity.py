@@ -169,7 +169,9 @@ class FidelityProbe:
                 n_per_prompt=k,
                 max_sentences=self.max_sentences,
             )
-        return sb.batch.to(self.device), torch.tensor(self.reward(sb.texts), dtype=torch.float64, device=self.device)
+        return sb.batch.to(self.device), torch.tensor(
+            self.reward(sb.texts, sb.prompts), dtype=torch.float64, device=self.device
+        )
 
     def online_grad_cos(self, policy, reference: Reference) -> float:
         """The cosine between GRPO's (or PPO's) first-step policy-loss gradients under the regime and the truth."""

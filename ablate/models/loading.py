@@ -13,7 +13,7 @@ import torch
 
 from ablate.cache import file_sha256
 from ablate.errors import ConfigError, MissingAsset
-from ablate.models import smollm2, tiny
+from ablate.models import adapter_source, smollm2, tiny
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,23 @@ def resolve_source(model_cfg, cache_root: Path) -> ModelSource:
         )
         return ModelSource(path, "tiny:" + path.name)
     if model_cfg.name == "hf":
-        local = Path(model_cfg.name_or_path).expanduser()
-        if local.is_dir():
-            return ModelSource(local, "local:" + folder_fingerprint(local, cache_root))
-        from huggingface_hub import snapshot_download
-
-        path = Path(snapshot_download(model_cfg.name_or_path))
-        return ModelSource(path, f"hub:{model_cfg.name_or_path}@{path.name}")  # snapshot folder = commit hash
+        source = _hf_source(str(model_cfg.name_or_path), cache_root)
+        if adapter_source.is_adapter(source.path):  # an SFT adapter: the SFT model is its base with it merged
+            base = _hf_source(adapter_source.base_of(source.path), cache_root)
+            path = adapter_source.merged_dir(source.path, base.path, base.fingerprint, source.fingerprint, cache_root)
+            return ModelSource(path, f"adapter:{source.fingerprint}+{base.fingerprint}")
+        return source
     raise ConfigError(f"unknown model {model_cfg.name!r} (choose from: smollm2, tiny, hf)")
+
+
+def _hf_source(name_or_path: str, cache_root: Path) -> ModelSource:
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        return ModelSource(local, "local:" + folder_fingerprint(local, cache_root))
+    from huggingface_hub import snapshot_download
+
+    path = Path(snapshot_download(name_or_path))
+    return ModelSource(path, f"hub:{name_or_path}@{path.name}")  # snapshot folder = commit hash
 
 
 HUB_TIMEOUT_S = 5.0  # the one hub look-up preflight makes, only for a hub id that is not cached
@@ -116,10 +125,17 @@ def _check_folder(path: Path, value: str) -> None:
             f"model.name_or_path={value} is a file; model=hf takes a model folder holding "
             f"config.json and the weights (a GGUF file is not loaded by model=hf)"
         )
+    if adapter_source.is_adapter(path):  # a PEFT adapter: its base must load too
+        base = adapter_source.base_of(path)
+        if is_path_like(base):
+            _check_folder(Path(base).expanduser(), base)
+        else:
+            _check_hub_id(base)
+        return
     if not (path / "config.json").is_file():
         raise ConfigError(
             f"model.name_or_path={value} has no config.json; pass a transformers model folder "
-            f"(as save_pretrained writes it) or a hub id"
+            f"(as save_pretrained writes it), a PEFT adapter folder (adapter_config.json) or a hub id"
         )
 
 

@@ -30,6 +30,7 @@ from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
 from ablate.models.precision import autocast, is_bf16
 from ablate.refs.base import TokenBatch
+from ablate.tasks.prompts import as_chat
 from ablate.tasks.stop_rule import cut_completion
 
 SAMPLERS = ("coupled", "multinomial")
@@ -72,10 +73,7 @@ class SampledBatch:
 
 
 def chat_prompt_texts(tokenizer, prompts: list[str]) -> list[str]:
-    return [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-        for p in prompts
-    ]
+    return [tokenizer.apply_chat_template(as_chat(p), tokenize=False, add_generation_prompt=True) for p in prompts]
 
 
 def sampling_rows(

@@ -52,7 +52,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def tokenize_pair(tok, pair: Pair) -> PairTokens:
     """``pair`` in token ids, by the rule of the module docstring."""
-    user = [{"role": "user", "content": pair.prompt}]
+    from ablate.tasks.prompts import as_chat
+
+    user = as_chat(pair.prompt)
     prompt = _chat_ids(tok, user, add_generation_prompt=True)
     chosen, rejected = (
         _chat_ids(tok, user + [{"role": "assistant", "content": r}]) for r in (pair.chosen, pair.rejected)

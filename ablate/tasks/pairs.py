@@ -92,8 +92,8 @@ def generate_pairs(model, tokenizer, prompts: list[str], reward, settings: PairS
         desc="pairs: sampling SFT responses",
     )
     texts = [t for b in batches for t in b.texts]
-    rewards = reward(texts)
     k = settings.samples_per_prompt
+    rewards = reward(texts, [p for p in prompts for _ in range(k)])
     pairs = []
     for i, prompt in enumerate(prompts):
         pair = select_pair(prompt, texts[i * k : (i + 1) * k], rewards[i * k : (i + 1) * k])

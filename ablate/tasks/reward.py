@@ -24,8 +24,9 @@ class GoldReward:
             self._analyzer = SentimentIntensityAnalyzer()
         return self._analyzer
 
-    def __call__(self, texts: list[str]) -> list[float]:
-        """Return one compound score per text; empty or blank text scores 0.0."""
+    def __call__(self, texts: list[str], prompts: list[str] | None = None) -> list[float]:
+        """Return one compound score per text (VADER reads the response alone: ``prompts`` are not used); empty or
+        blank text scores 0.0."""
         if not texts:
             return []
         analyzer = self._get()

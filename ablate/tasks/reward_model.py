@@ -44,11 +44,10 @@ class LearnedReward:
     @torch.no_grad()
     def __call__(self, texts: list[str], prompts: list[str], batch_size: int = 8) -> list[float]:
         from ablate.models.precision import autocast
+        from ablate.tasks.prompts import as_chat
 
         chats = [
-            self.tok.apply_chat_template(
-                [{"role": "user", "content": p}, {"role": "assistant", "content": t}], tokenize=False
-            )
+            self.tok.apply_chat_template(as_chat(p) + [{"role": "assistant", "content": t}], tokenize=False)
             for p, t in zip(prompts, texts)
         ]
         out: list[float] = []

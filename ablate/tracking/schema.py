@@ -218,6 +218,8 @@ JOB_KEYS: dict[str, str] = {
     "resumed_from_step": "the step a resumed job continued from (absent when it never resumed)",
     "provenance": "the code (git commit, +dirty with uncommitted changes), library versions, hardware and world size",
     "nan_reasons": "summary key -> why its value is NaN (null in JSON), for every figure that could not be computed",
+    "data": "task=dataset: the data's path, sha256 and content fingerprint, the split rule, the split sizes (prompts "
+    "per split, training pairs) and the rows dropped by rule, with their reasons (ablate.tasks.dataset)",
     "n_pairs": "preference pairs loaded: DPO's training data, what cached and distilled are built from",
     "pairs_cache": "the content-addressed folder the pairs were read from or written to",
     "pairs_cache_hit": "true when the pairs came from the cache (an earlier job: same model, prompts, settings)",

@@ -1,0 +1,107 @@
+"""``python -m ablate task=dataset``, end to end on the tiny model: the built-in task exported and read back trains
+metric for metric as the built-in task does; a reward model the test builds judges DPO, GRPO and PPO runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ablate.tracking.schema import summary_metrics
+from tests.conftest import REPO, TINY_FAST, run_cli
+from tests.judges import score
+
+# what differs between two runs of the same job by nature: time, memory, bytes written, what was reused
+MEASURED_NOT_COMPUTED = {"wall_s", "peak_rss_bytes", "peak_rss_train_bytes", "disk_bytes_written"}
+
+
+def summary(folder) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def export(out, *overrides: str) -> list[str]:
+    """``python -m ablate.tasks export``; returns the command it prints, as arguments after ``python -m ablate``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ablate.tasks", "export", "--out", str(out), *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.strip().split()
+    assert command[:3] == ["python", "-m", "ablate"], done.stdout
+    return command[3:]
+
+
+def same(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize("algo", ["dpo", pytest.param("grpo", marks=pytest.mark.slow)])
+def test_the_exported_task_trains_metric_for_metric_as_the_builtin_one(tmp_path, algo):
+    overrides = [*TINY_FAST, f"algo={algo}", *(["algo.batch_size=4"] if algo == "grpo" else [])]
+    command = export(tmp_path / "pairs.jsonl", *overrides)
+    assert "task=dataset" in command and "task.max_sentences=1" in command
+    builtin = run_cli(*overrides, f"hydra.run.dir={tmp_path / 'builtin'}")
+    assert builtin.returncode == 0, builtin.stderr[-3000:]
+    data = run_cli(*command, f"hydra.run.dir={tmp_path / 'data'}")
+    assert data.returncode == 0, data.stderr[-3000:]
+    a, b = summary(tmp_path / "builtin"), summary(tmp_path / "data")
+    keys = [m.key for m in summary_metrics() if m.key not in MEASURED_NOT_COMPUTED and not m.key.startswith("ref_")]
+    keys += [k + "_step0" for k in keys if k + "_step0" in a]
+    assert len(keys) > 30
+    differ = {k: (a.get(k), b.get(k)) for k in keys if not same(a.get(k), b.get(k))}
+    assert differ == {}
+    assert a["status"] == b["status"] == "finished" and a.get("n_pairs") == b.get("n_pairs")
+    assert b["data"]["sizes"]["eval_prompts"] == 4 and b["provenance"]["task"]["task"] == "dataset"
+    samples_a = (tmp_path / "builtin" / "samples.jsonl").read_text()
+    assert samples_a == (tmp_path / "data" / "samples.jsonl").read_text()
+
+
+@pytest.fixture(scope="module")
+def reward_model(tmp_path_factory):
+    from tests.judges import save_classifier
+
+    return save_classifier(tmp_path_factory.mktemp("rm") / "reward_model")
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory):
+    rows = [
+        {"prompt": f"Review film {i}.", "chosen": f"Film {i} is a delight.", "rejected": f"Film {i} is dull.",
+         "split": "train"}
+        for i in range(8)
+    ] + [{"prompt": f"Review play {i}.", "split": "test"} for i in range(4)]  # fmt: skip
+    path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["dpo", "grpo", "ppo"])
+def test_a_reward_model_judges_each_algorithm(tmp_path, reward_model, pairs_file, algo, cache_root):
+    args = [*TINY_FAST, "algo.batch_size=4", f"algo={algo}", "task=dataset", f"task.path={pairs_file}"]
+    args += ["judge=reward_model", f"judge.path={reward_model}", f"hydra.run.dir={tmp_path / 'run'}"]
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["status"] == "finished"
+    assert s["provenance"]["task"] == {
+        "task": "dataset",
+        "judge": "reward_model",
+        "safety": "profanity",
+        "data": str(pairs_file),
+        "judge_path": str(reward_model),
+    }
+    # TINY_FAST's task.n_train=6 takes the first 6 training rows
+    assert s["data"]["sizes"] == {"train_prompts": 6, "eval_prompts": 4, "test_prompts": 0, "train_pairs": 6}
+    assert s["data"]["dropped"] == {}
+    # the gold reward is the reward model's logit: not VADER's [-1, 1] compound of these short responses
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    expected = score(reward_model, [r["prompt"] for r in rows], [r["policy_response"] for r in rows])
+    assert [r["policy_reward"] for r in rows] == pytest.approx(expected, abs=1e-4)
+    assert list((cache_root / "judge_scores").glob("*.jsonl"))  # scores kept by content
