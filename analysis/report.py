@@ -111,14 +111,25 @@ def provenance(runs: pd.DataFrame, paths: list[str]) -> dict:
     """Commits, versions and hardware as the runs recorded them."""
     have_summary = runs[runs["status"] != "unfinished"]
     commits = sorted(set(have_summary.get("git_commit", pd.Series(dtype=str)).dropna()))
-    versions, hardware = {}, {}
+    versions, hardware, tasks = {}, {}, set()
     for p in paths:
         f = Path(p) / "summary.json"
         if f.is_file():
-            prov = load_summary(f).get("provenance") or {}
+            summary = load_summary(f)
+            prov = summary.get("provenance") or {}
             versions = versions or prov.get("versions", {})
             hardware = hardware or prov.get("hardware", {})
-    return {"commits": commits, "versions": versions, "hardware": hardware}
+            if prov.get("task"):
+                tasks.add(task_line(prov["task"], summary.get("data") or {}))
+    return {"commits": commits, "versions": versions, "hardware": hardware, "tasks": sorted(tasks)}
+
+
+def task_line(task: dict, data: dict) -> str:
+    """What a run was trained and judged on: the task (its data's path and sha256) and the judges (their paths)."""
+    where = f" {task['data']} (sha256 {data['sha256'][:16]})" if task.get("data") and data.get("sha256") else ""
+    judge = task.get("judge", "?") + (f" {task['judge_path']}" if task.get("judge_path") else "")
+    safety = task.get("safety", "?") + (f" {task['safety_path']}" if task.get("safety_path") else "")
+    return f"task {task.get('task', '?')}{where}; judge {judge}; safety {safety}"
 
 
 def compute_line(runs: pd.DataFrame) -> str:
@@ -245,6 +256,7 @@ def write_report(
         f"- code the runs were made with: {', '.join(prov['commits']) or 'not recorded'}",
         "- versions: " + (", ".join(f"{k} {v}" for k, v in prov["versions"].items()) or "not recorded"),
         "- hardware: " + (", ".join(f"{k} {v}" for k, v in prov["hardware"].items()) or "not recorded"),
+        *[f"- data and judges: {t}" for t in prov["tasks"]],  # runs made before they were recorded: no line
         compute_line(runs),
         "- KL in nats per response. `stand-in div.` is the exact KL from the policy to the regime's own reference "
         "on the policy's fresh evaluation samples; the *true KL* is the same against the full reference. For DPO "

@@ -109,6 +109,7 @@ def test_a_run_on_an_sft_adapter_trains_against_base_plus_adapter(tmp_path, sft_
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_data_refused_once_the_tokenizer_is_known_is_one_line(tmp_path):
     """A mistake found after preflight (every prompt fills algo.max_length) ends a run with one line too."""
     rows = [{"prompt": "word " * 200, "chosen": "yes", "rejected": "no", "split": "train"}]

@@ -41,7 +41,8 @@ def same(a, b) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize("algo", ["dpo", pytest.param("grpo", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["dpo", "grpo"])
 def test_the_exported_task_trains_metric_for_metric_as_the_builtin_one(tmp_path, algo):
     overrides = [*TINY_FAST, f"algo={algo}", *(["algo.batch_size=4"] if algo == "grpo" else [])]
     command = export(tmp_path / "pairs.jsonl", *overrides)

@@ -65,5 +65,7 @@ def test_the_readme_commands_run_as_written(tmp_path):
         )
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
     assert (tmp_path / "audit" / "audit.md").is_file()
-    assert len(list((tmp_path / "sweep").glob("*/summary.json"))) == 4
-    assert (tmp_path / "report" / "report.md").is_file()
+    assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 4  # a path in an override nests its folder
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "- data and judges: task dataset pairs.jsonl (sha256 " in report  # the report names the data and judge
+    assert f"judge reward_model {tmp_path / 'rm'}" in report
