@@ -86,6 +86,10 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         inputs = RunInputs.build(cfg)
         if inputs.data is not None:
             extra["data"] = inputs.data.summary()
+        # the judges' identities (a model judge's: its folder's content hash), as every cache key built on them has
+        extra.setdefault("provenance", {}).setdefault("task", {}).update(
+            judge_id=inputs.reward.ID, safety_id=inputs.safety.ID
+        )
         pairs = load_pairs(cfg, inputs, extra) if algo.needs_pairs or regime_cls.needs_pairs or learned else None
         proxy = load_proxy(cfg, inputs, pairs, extra) if learned else None
     # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so

@@ -91,7 +91,9 @@ def test_a_reward_model_judges_each_algorithm(tmp_path, reward_model, pairs_file
     assert done.returncode == 0, done.stderr[-3000:]
     s = summary(tmp_path / "run")
     assert s["status"] == "finished"
-    assert s["provenance"]["task"] == {
+    task = s["provenance"]["task"]
+    assert task["judge_id"].startswith("reward-model:") and task["safety_id"].startswith("alt-profanity-check")
+    assert {k: v for k, v in task.items() if not k.endswith("_id")} == {
         "task": "dataset",
         "judge": "reward_model",
         "safety": "profanity",
@@ -106,3 +108,14 @@ def test_a_reward_model_judges_each_algorithm(tmp_path, reward_model, pairs_file
     expected = score(reward_model, [r["prompt"] for r in rows], [r["policy_response"] for r in rows])
     assert [r["policy_reward"] for r in rows] == pytest.approx(expected, abs=1e-4)
     assert list((cache_root / "judge_scores").glob("*.jsonl"))  # scores kept by content
+
+
+@pytest.mark.slow
+def test_the_learned_reward_trains_on_the_datas_own_pairs(tmp_path, pairs_file):
+    """GRPO's proxy reward (algo.reward=learned) is trained on the data's pairs, not on sampled ones."""
+    args = [*TINY_FAST, "algo=grpo", "algo.batch_size=4", "algo.reward=learned", "algo.reward_model.epochs=1"]
+    done = run_cli(*args, "task=dataset", f"task.path={pairs_file}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["pairs_cache"] == str(pairs_file) and s["n_pairs"] == 6  # TINY_FAST: task.n_train=6
+    assert s["reward_model_n_pairs"] == 6

@@ -69,3 +69,11 @@ def test_the_readme_commands_run_as_written(tmp_path):
     report = (tmp_path / "report" / "report.md").read_text()
     assert "- data and judges: task dataset pairs.jsonl (sha256 " in report  # the report names the data and judge
     assert f"judge reward_model {tmp_path / 'rm'}" in report
+    recheck = subprocess.run(
+        [sys.executable, "-m", "analysis", "recheck", "sweep", "--report", "report"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert recheck.returncode == 0 and "all agree" in recheck.stdout + recheck.stderr, recheck.stderr[-2000:]
