@@ -23,8 +23,12 @@ def type_name(value) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def is_local(path: str) -> bool:
+def is_local_file(path: str) -> bool:
+    """Whether ``task.path`` names a file (read here) rather than a dataset: a hub id, or a folder of data files
+    that ``datasets`` splits by their names (``train.jsonl``, ``test.jsonl``, ...)."""
     p = Path(path).expanduser()
+    if p.is_dir():
+        return False
     return p.exists() or p.suffix.lower() in FILE_KINDS or path.startswith(("/", "./", "../", "~"))
 
 
@@ -110,8 +114,9 @@ def read_hub(dataset_id: str) -> tuple[dict[str, list[tuple[str, dict]]], str]:
         raise MissingAsset(
             "task.path names a dataset id: it needs the package 'datasets' (pip install datasets)"
         ) from None
+    folder = Path(dataset_id).expanduser()
     try:
-        loaded = datasets.load_dataset(dataset_id)
+        loaded = datasets.load_dataset(str(folder) if folder.is_dir() else dataset_id)
     except FileNotFoundError as e:
         raise DataError(
             f"task.path={dataset_id}: no such file, and no such dataset ({str(e).splitlines()[0]})"

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.tasks.data_files import DataError, is_local, read_hub, read_records, type_name
+from ablate.tasks.data_files import DataError, is_local_file, read_hub, read_records, type_name
 from ablate.tasks.pairs import Pair
 from ablate.tasks.prompts import from_chat
 
@@ -170,7 +170,7 @@ def hashed_split(prompt: str, seed: int, test_fraction: float) -> str:
 def _split(cfg) -> tuple[dict[str, list[Row]], str, str]:
     """The rows of each split, the rule that split them and the data's digest."""
     split_col = cfg.columns.split
-    if is_local(cfg.path):
+    if is_local_file(cfg.path):
         records, digest = read_records(cfg.path)
         by_split = {None: records}
         if cfg.test_path:

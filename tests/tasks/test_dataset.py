@@ -127,3 +127,25 @@ def test_the_fingerprint_follows_the_content(tmp_path):
     b = load_task(task(jsonl(tmp_path / "b.jsonl", [pair(0, "train"), pair(1, "test")])), 1)
     c = load_task(task(jsonl(tmp_path / "c.jsonl", [pair(0, "train"), pair(2, "test")])), 1)
     assert a.fingerprint == b.fingerprint != c.fingerprint and a.sha256 == b.sha256 != c.sha256
+
+
+def test_a_folder_of_split_files_loads_through_datasets(tmp_path):
+    """A dataset (here a folder whose files ``datasets`` splits by name, as it splits a hub dataset's) keeps its own
+    train and test splits."""
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    jsonl(folder / "train.jsonl", [pair(i) for i in range(3)])
+    jsonl(folder / "test.jsonl", [{"prompt": "Review a song."}, {"prompt": "Review a poem."}])
+    data = load_task(task(folder), n_eval=1)
+    assert data.split_rule == "the dataset's train / test splits" and len(data.pairs) == 3
+    assert data.prompts["eval"] == ["Review a song."] and data.prompts["test"] == ["Review a poem."]
+
+
+def test_an_unknown_dataset_id_offline_is_one_line(monkeypatch):
+    from ablate.errors import AblateError
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(AblateError, match="nobody-xyz/no-such-data") as e:
+        load_task(task("nobody-xyz/no-such-data"), n_eval=1)
+    assert "\n" not in str(e.value)
