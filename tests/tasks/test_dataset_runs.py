@@ -119,3 +119,18 @@ def test_the_learned_reward_trains_on_the_datas_own_pairs(tmp_path, pairs_file):
     s = summary(tmp_path / "run")
     assert s["pairs_cache"] == str(pairs_file) and s["n_pairs"] == 6  # TINY_FAST: task.n_train=6
     assert s["reward_model_n_pairs"] == 6
+
+
+@pytest.mark.slow
+def test_dpo_on_prompts_alone_samples_and_judges_its_pairs(tmp_path):
+    """A prompts-only file: DPO's pairs are the SFT model's samples, best and worst by the judge, as the built-in
+    task makes them (cached by content); ref=cached precomputes on them."""
+    rows = [{"prompt": f"Write one sentence about film {i}.", "split": "train"} for i in range(6)]
+    rows += [{"prompt": f"Write one sentence about play {i}.", "split": "test"} for i in range(4)]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = run_cli(*TINY_FAST, "ref=cached", "task=dataset", f"task.path={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["status"] == "finished" and s["n_pairs"] >= 1 and "/pairs/" in s["pairs_cache"]
+    assert s["data"]["sizes"]["train_pairs"] == 0 and s["data"]["sizes"]["train_prompts"] == 6
