@@ -37,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
         "reference at step 0, against the exact full reference, side by side.",
     )
     p.add_argument("overrides", nargs="*", help="ref=full,int8,... and ablate overrides (model=..., task....)")
-    p.add_argument("--data", help="JSONL of preference pairs, one {prompt, chosen, rejected} object per line "
-                   "(default: the task's pairs and train prompts)")  # fmt: skip
+    p.add_argument("--data", help="a file of preference pairs (JSONL, JSON, CSV or Parquet; prompt, chosen, rejected: "
+                   "docs/data.md) (default: the task's pairs and train prompts; or task=dataset task.path=...)")  # fmt: skip
     p.add_argument("--out", help="output folder (default: runs/audit/<timestamp>)")
     p.add_argument("--n-prompts", type=int, default=DEFAULT_PROMPTS, help="prompts sampled fresh, one response each")
     p.add_argument("--n-pairs", type=int, default=None, help="pairs measured (default: all)")

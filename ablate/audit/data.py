@@ -1,18 +1,16 @@
-"""The audit's data from a user's JSONL file: one preference pair per line, ``{"prompt": ..., "chosen": ...,
-"rejected": ...}`` (string fields; other fields are ignored). Read and checked before any model loads: a
-missing or empty file, a line that is not a JSON object, a missing or non-string field is one line naming
-the file, the line number and the field."""
+"""The audit's data from a user's file (``--data``): preference pairs, read and checked as ``task=dataset`` reads
+them (:mod:`ablate.tasks.dataset`: JSONL, JSON, CSV or Parquet; the columns ``prompt``, ``chosen``, ``rejected``, text
+or conversations). Before any model loads, a missing or empty file, a row that is not an object, a missing or
+non-text field is one line naming the file, the row and the field."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from ablate.errors import AblateError
 from ablate.tasks.pairs import Pair
 
-FIELDS = ("prompt", "chosen", "rejected")
 FORMAT = 'one JSON object per line: {"prompt": "...", "chosen": "...", "rejected": "..."}'
 
 
@@ -21,40 +19,22 @@ class AuditInputError(AblateError):
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """The pairs of a JSONL file, in order (blank lines skipped). Their gold rewards are unknown: NaN."""
+    """The pairs of the file, in order (every row a pair). Their gold rewards are unknown: NaN."""
+    from ablate.config import DatasetTaskConfig
+    from ablate.tasks.data_files import DataError, read_records
+    from ablate.tasks.dataset import parse_rows
+
     path = Path(path)
     if not path.is_file():
         raise AuditInputError(f"--data {path}: no such file ({FORMAT})")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise AuditInputError(f"{path}: not UTF-8 text (byte {e.start}); expected {FORMAT}") from None
-    pairs = [_pair(path, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not pairs:
-        raise AuditInputError(f"{path}: empty file, no pairs; expected {FORMAT}")
-    return pairs
-
-
-def _pair(path: Path, n: int, line: str) -> Pair:
-    """Line ``n`` as a pair, or the one-line error saying what is wrong with it."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise AuditInputError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno}); expected {FORMAT}") from None
-    if not isinstance(obj, dict):
-        raise AuditInputError(f"{path}:{n}: a JSON {type(obj).__name__}, not an object; expected {FORMAT}")
-    for f in FIELDS:
-        if f not in obj:
-            raise AuditInputError(f"{path}:{n}: missing field {f!r} (every line needs {', '.join(FIELDS)})")
-        if not isinstance(obj[f], str):
-            raise AuditInputError(f"{path}:{n}: field {f!r} must be a string, got {_json_type(obj[f])}")
-    return Pair(obj["prompt"], obj["chosen"], obj["rejected"], math.nan, math.nan)
-
-
-def _json_type(value) -> str:
-    """The JSON name of a parsed value's type."""
-    names = {dict: "an object", list: "an array", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
+        rows = parse_rows(read_records(str(path))[0], DatasetTaskConfig(path=str(path)), split_column=False)
+    except DataError as e:
+        raise AuditInputError(str(e)) from None
+    for r in rows:
+        if r.chosen is None:
+            raise AuditInputError(f"{r.where}: no chosen and rejected response: every row of --data is a pair")
+    return [Pair(r.prompt, r.chosen, r.rejected, math.nan, math.nan) for r in rows]
 
 
 def prompts_of(pairs: list[Pair]) -> list[str]:

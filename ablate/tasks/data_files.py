@@ -77,7 +77,7 @@ def _json_records(path: str, text: str, kind: str) -> list[tuple[str, dict]]:
                 raise DataError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
     for where, obj in items:
         if not isinstance(obj, dict):
-            raise DataError(f"{where}: a JSON {type_name(obj)}, not an object with the task's columns")
+            raise DataError(f"{where}: {type_name(obj)}, not a JSON object with the data's columns")
     return items
 
 

@@ -43,14 +43,15 @@ def test_pairs_come_in_order_with_unknown_rewards_and_blank_lines_skipped(tmp_pa
 
 
 BAD = {
-    "empty": ([""], "empty file"),
+    "empty": ([""], "pairs.jsonl: empty, no rows"),
     "bad_json": ([json.dumps(GOOD), '{"prompt": "x", '], "pairs.jsonl:2: not valid JSON"),
-    "not_an_object": (["[1, 2]"], "pairs.jsonl:1: a JSON list, not an object"),
+    "not_an_object": (["[1, 2]"], "pairs.jsonl:1: an array, not a JSON object"),
     "missing_field": (
         [json.dumps(GOOD), json.dumps({"prompt": "p", "chosen": "c"})],
-        "pairs.jsonl:2: missing field 'rejected'",
+        "pairs.jsonl:2: field 'rejected' is missing",
     ),
-    "non_string": ([json.dumps({**GOOD, "chosen": 3})], "pairs.jsonl:1: field 'chosen' must be a string, got a number"),
+    "non_string": ([json.dumps({**GOOD, "chosen": 3})], "pairs.jsonl:1: field 'chosen' must be text or a list of"),
+    "no_responses": ([json.dumps({"prompt": "p"})], "pairs.jsonl:1: no chosen and rejected response"),
 }
 
 
@@ -80,5 +81,5 @@ def test_a_missing_file_is_one_line_from_the_command_line(tmp_path):
 
 
 def test_the_reader_raises_the_audits_input_error(tmp_path):
-    with pytest.raises(AuditInputError, match="empty file"):
+    with pytest.raises(AuditInputError, match="empty, no rows"):
         read_pairs(_write(tmp_path, ["", "  "]))
