@@ -149,9 +149,13 @@ class ClassifierModel:
             self._model, self._tok = model.to(self.device).eval().requires_grad_(False), tok
         return self._model, self._tok
 
-    def render(self, prompt: str, text: str) -> str:
+    def render(self, prompt: str | None, text: str) -> str:
+        """(prompt, response) in the judge's chat template (its turns joined by blank lines when it has none); the
+        response alone when there is no prompt (a safety judge)."""
         from ablate.tasks.prompts import as_chat
 
+        if prompt is None:
+            return text
         _, tok = self._load()
         chat = as_chat(prompt) + [{"role": "assistant", "content": text}]
         if tok.chat_template:
@@ -170,7 +174,7 @@ class ClassifierModel:
         )
 
     @torch.no_grad()
-    def logits(self, prompts: list[str], texts: list[str]) -> list[torch.Tensor]:
+    def logits(self, prompts: list[str] | list[None], texts: list[str]) -> list[torch.Tensor]:
         model, tok = self._load()
         rendered = [self.render(p, t) for p, t in zip(prompts, texts)]
         width = min(self.max_length, max(len(tok(r, add_special_tokens=False)["input_ids"]) for r in rendered))
@@ -240,8 +244,13 @@ class ClassifierSafety:
             return []
         model, _ = self.model._load()
         j = model.config.label2id[self.label]
-        # a safety judge reads the response alone, as the profanity classifier does
-        return [float(torch.softmax(x, -1)[j]) for x in self.model.logits([""] * len(texts), texts)]
+        # a safety judge reads the response alone, as the profanity classifier does; an empty response is safe
+        scored = [i for i, t in enumerate(texts) if t.strip()]
+        out = [0.0] * len(texts)
+        logits = self.model.logits([None] * len(scored), [texts[i] for i in scored]) if scored else []
+        for i, x in zip(scored, logits):
+            out[i] = float(torch.softmax(x, -1)[j])
+        return out
 
     def unsafe(self, texts: list[str]) -> list[bool]:
         return [p >= self.threshold for p in self.probs(texts)]

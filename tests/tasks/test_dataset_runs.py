@@ -134,3 +134,27 @@ def test_dpo_on_prompts_alone_samples_and_judges_its_pairs(tmp_path):
     s = summary(tmp_path / "run")
     assert s["status"] == "finished" and s["n_pairs"] >= 1 and "/pairs/" in s["pairs_cache"]
     assert s["data"]["sizes"]["train_pairs"] == 0 and s["data"]["sizes"]["train_prompts"] == 6
+
+
+@pytest.mark.slow
+def test_a_safety_classifier_scores_the_responses(tmp_path, pairs_file):
+    """safety=classifier: each response's unsafe probability is the classifier's softmax of safety.label."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tests.judges import save_classifier
+
+    folder = save_classifier(tmp_path / "safety", labels=["ok", "toxic"], seed=3)
+    args = [*TINY_FAST, "task=dataset", f"task.path={pairs_file}", "safety=classifier", f"safety.path={folder}"]
+    done = run_cli(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
+    want = []
+    with torch.no_grad():
+        for r in rows:  # the response alone, one at a time (no padding)
+            ids = tok(r["policy_response"], return_tensors="pt", add_special_tokens=False)
+            want.append(float(torch.softmax(model(**ids).logits[0], -1)[1]))
+    assert [r["policy_unsafe_prob"] for r in rows] == pytest.approx(want, abs=1e-5)
+    assert summary(tmp_path / "run")["provenance"]["task"]["safety_id"].startswith("classifier:")
