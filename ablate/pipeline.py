@@ -84,12 +84,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     learned = getattr(cfg.algo, "reward", "gold") == "learned"  # PPO and GRPO may train on a proxy
     with distributed.main_first():  # what is cached (the converted model, pairs, a learned reward) is made once
         inputs = RunInputs.build(cfg)
-        if inputs.data is not None:
-            extra["data"] = inputs.data.summary()
-        # the judges' identities (a model judge's: its folder's content hash), as every cache key built on them has
-        extra.setdefault("provenance", {}).setdefault("task", {}).update(
-            judge_id=inputs.reward.ID, safety_id=inputs.safety.ID
-        )
+        record_inputs(inputs, extra)
         pairs = load_pairs(cfg, inputs, extra) if algo.needs_pairs or regime_cls.needs_pairs or learned else None
         proxy = load_proxy(cfg, inputs, pairs, extra) if learned else None
     # Everything above may or may not have drawn random numbers (a cache hit draws none): seed again, so
@@ -131,6 +126,15 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     finish(cfg, trainer, callbacks[0], state, folder, logger)
     extra["sft_baseline_cache_hit"] = evaluator.baseline_cache_hit
     return reference
+
+
+def record_inputs(inputs: RunInputs, extra: dict[str, Any]) -> None:
+    """What the summary says of the run's inputs: the data read (``task=dataset``) and the judges' identities (a
+    model judge's: its folder's content hash, as in every cache key built on its scores)."""
+    if inputs.data is not None:
+        extra["data"] = inputs.data.summary()
+    task = extra.setdefault("provenance", {}).setdefault("task", {})
+    task.update(judge_id=inputs.reward.ID, safety_id=inputs.safety.ID)
 
 
 def check_reference_is_policy(cfg: Config, inputs: RunInputs, policy, pairs) -> None:
