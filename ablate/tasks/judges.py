@@ -126,6 +126,16 @@ class _ScoreStore:
             os.fsync(f.fileno())
 
 
+def identified(kind: str, cfg, key: str, cache_root: Path | None) -> tuple[Path, str]:
+    """A model judge's folder and its identity in cache keys: its kind, the folder's content hash (its resolved path
+    without a cache to memoise the hash in), its label and how much it reads."""
+    from ablate.models.loading import folder_fingerprint
+
+    folder = model_folder(cfg.path, key)
+    fp = folder_fingerprint(folder, cache_root) if cache_root is not None else str(folder.resolve())
+    return folder, f"{kind}:{fp}:label={cfg.label}:max_length={cfg.max_length}"
+
+
 class ClassifierModel:
     """A sequence-classification model scoring (prompt, response) in its own chat template, fp32, batches sized
     by memory; ``output`` turns a batch's logits into one float per row."""
@@ -197,11 +207,7 @@ class RewardModelJudge:
     """``judge=reward_model``: the reward is the model's logit (its one output's, or ``judge.label``'s)."""
 
     def __init__(self, cfg, *, device: torch.device, cache_root: Path | None) -> None:
-        from ablate.models.loading import folder_fingerprint
-
-        folder = model_folder(cfg.path, "judge.path")
-        fp = folder_fingerprint(folder, cache_root) if cache_root is not None else str(folder.resolve())
-        self.ID = f"reward-model:{fp}:label={cfg.label}:max_length={cfg.max_length}"
+        folder, self.ID = identified("reward-model", cfg, "judge.path", cache_root)
         self.model = ClassifierModel(folder, device=device, batch_size=cfg.batch_size, max_length=cfg.max_length)
         self.label = cfg.label
         self.store = _ScoreStore(cache_root, self.ID)
@@ -230,11 +236,7 @@ class ClassifierSafety:
     """``safety=classifier``: the unsafe probability is the softmax of ``safety.label``."""
 
     def __init__(self, cfg, threshold: float, *, device: torch.device, cache_root: Path | None) -> None:
-        from ablate.models.loading import folder_fingerprint
-
-        folder = model_folder(cfg.path, "safety.path")
-        fp = folder_fingerprint(folder, cache_root) if cache_root is not None else str(folder.resolve())
-        self.ID = f"classifier:{fp}:label={cfg.label}:max_length={cfg.max_length}"
+        folder, self.ID = identified("classifier", cfg, "safety.path", cache_root)
         self.threshold = float(threshold)
         self.label = cfg.label
         self.model = ClassifierModel(folder, device=device, batch_size=cfg.batch_size, max_length=cfg.max_length)
