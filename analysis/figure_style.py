@@ -3,6 +3,7 @@ condition's marker and its legend entry, and how a figure is written (matplotlib
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import matplotlib
@@ -13,20 +14,32 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.load import base_regime, natural_key  # noqa: E402
 
-REGIME_ORDER = (
-    "full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
-)  # fmt: skip
-_RANK = {r: i for i, r in enumerate(REGIME_ORDER)}
 LABEL_SEP = " | "  # a figure label with several conditions: "<condition> | <regime>"
 CONDITION_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<")
 
 
+@cache
+def regime_order() -> tuple[str, ...]:
+    """Every registered regime in the canonical order (``ablate.refs.regime_names``: each regime's declared
+    ``rank``, plug-ins included); read once, on first use, so that the analysis imports no torch until a figure
+    or table needs the order."""
+    from ablate.refs import regime_names
+
+    return tuple(regime_names("all"))
+
+
+@cache
+def _rank() -> dict[str, int]:
+    return {r: i for i, r in enumerate(regime_order())}
+
+
 def regime_key(label) -> tuple:
     """The one order of regime labels in every table and figure: by condition (natural order) where the label
-    carries one (``<condition> | <regime>``), then by the reference's place in :data:`REGIME_ORDER` (others after,
+    carries one (``<condition> | <regime>``), then by the reference's place in :func:`regime_order` (others after,
     by name), then the label's natural order (``ema(alpha=0.03)`` before ``ema(alpha=0.1)``)."""
     cond, _, regime = str(label).rpartition(LABEL_SEP)
-    return natural_key(cond), _RANK.get(base_regime(regime), len(_RANK)), natural_key(regime)
+    rank = _rank()
+    return natural_key(cond), rank.get(base_regime(regime), len(rank)), natural_key(regime)
 
 
 def ordered(regimes) -> list[str]:

@@ -15,12 +15,12 @@ from matplotlib.lines import Line2D
 from ablate.tracking import schema
 from analysis.figure_style import (  # noqa: F401  (re-exported: the figures' shared order and colours)
     LABEL_SEP,
-    REGIME_ORDER,
     condition_handles,
     ordered,
     plt,
     regime_colors,
     regime_key,
+    regime_order,
 )
 from analysis.figure_style import save as _save
 

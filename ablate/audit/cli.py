@@ -1,6 +1,6 @@
 """``python -m ablate.audit [options] [overrides]``: the command line, its checks and the audit, top to bottom.
 
-``ref=a,b,c`` lists the regimes (default: :data:`DEFAULT_REGIMES`); every other ``key=value`` is an ordinary
+``ref=a,b,c`` lists the regimes (default: :func:`default_regimes`); every other ``key=value`` is an ordinary
 ``python -m ablate`` override (``model=tiny``, ``model=hf model.name_or_path=...``, ``model.precision=fp32``,
 ``task.n_train=...``, ``algo.beta=...``), composed once per regime and checked as the CLI checks a job. Bad input
 (an override, the data file, a tokenizer that cannot serve) is one line on stderr and exit code 2, before any model
@@ -19,8 +19,14 @@ from pathlib import Path
 from ablate.audit.data import AuditInputError, prompts_of, read_pairs
 from ablate.errors import AblateError, ConfigError
 
-DEFAULT_REGIMES = ("full", "int8", "nf4", "topk", "distilled")
 DEFAULT_PROMPTS = 16
+
+
+def default_regimes() -> list[str]:
+    """The regimes measured when ``ref=`` lists none: those that declare ``audited`` (:func:`ablate.refs.regime_names`)."""
+    from ablate.refs import regime_names
+
+    return regime_names("audit")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,7 +60,7 @@ def split_regimes(overrides: list[str]) -> tuple[list[str], list[str]]:
             regimes += [v.strip() for v in value.strip("[]").split(",") if v.strip()]
         else:
             rest.append(o)
-    return list(dict.fromkeys(regimes)) or list(DEFAULT_REGIMES), rest
+    return list(dict.fromkeys(regimes)) or default_regimes(), rest
 
 
 def _ref_setting(override: str) -> str | None:

@@ -11,20 +11,14 @@ from omegaconf import MISSING
 from ablate.compose import compose, hydra_session
 from ablate.config import require
 
-ALL_REGIMES = [
-    "full",
-    "int8",
-    "nf4",
-    "shared",
-    "cached",
-    "topk",
-    "distilled",
-    "ema",
-    "snapshot",
-    "trdpo_soft",
-    "trdpo_hard",
-    "none",
-]
+
+def all_regimes() -> list[str]:
+    """Every registered regime, in the canonical order (``full`` first: the ratios' denominator)."""
+    from ablate.refs import regime_names
+
+    return regime_names("all")
+
+
 RUN_KEYS = ("model", "task", "algo", "seed")  # the bench's overrides that apply to the benchmarked runs
 
 
@@ -35,7 +29,7 @@ class BenchConfig:
     algo: Any = MISSING
     seed: int = 0
     threads: int | None = None  # torch threads (None: torch's default, all cores)
-    regimes: list[str] = field(default_factory=lambda: list(ALL_REGIMES))
+    regimes: list[str] = field(default_factory=lambda: all_regimes())  # every registered one, canonical order
     repeats: int = 5  # timed reference calls per regime, interleaved across regimes (the median is reported)
     trainer_steps: int = 3  # optimiser steps per harness / stock-TRL training round (the first is not timed)
     trainer_rounds: int = 2  # alternating rounds harness, TRL, harness, TRL, ...

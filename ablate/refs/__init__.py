@@ -2,7 +2,9 @@
 
 A regime is one module here that defines its config schema and a ``Reference`` subclass,
 decorated with :func:`register`, plus one ``conf/ref/<name>.yaml``. Importing this package
-imports every module in it, so every regime is registered.
+imports every module in it, so every regime is registered. Where a regime is listed (tables, figures, sweep
+presets, the bench's and the audit's defaults) is what its class declares (``rank``, ``variant_of``,
+``audited``), read through :func:`regime_names`.
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ablate.refs.base import REGISTRY, RefCost, Reference, TokenBatch, regime_class, register
+from ablate.refs.base import REGISTRY, RefCost, Reference, TokenBatch, regime_class, regime_names, register
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base" and not _m.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["REGISTRY", "Reference", "RefCost", "TokenBatch", "extra_docs", "register", "regime_class"]
+__all__ = ["REGISTRY", "Reference", "RefCost", "TokenBatch", "extra_docs", "register", "regime_class", "regime_names"]
 
 
 def extra_docs() -> dict[str, str]:

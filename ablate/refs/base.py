@@ -118,6 +118,14 @@ class Reference(ABC):
     required_packages: ClassVar[dict[str, tuple[str, str]]] = {}
     #: What each of the regime's own figures means (its numeric ``cost().extra``, ``ref_<name>`` in the summary).
     EXTRA_DOCS: ClassVar[dict[str, str]] = {}
+    # Where the regime is listed (:func:`regime_names`). Read from the registered class itself, never inherited:
+    # a subclass registered under another name is another regime, and declares its own.
+    #: Place in tables, figures and default lists (lower first); None: after every ranked regime, by name.
+    rank: ClassVar[int | None] = None
+    #: The regime this one is a preset of (``trdpo_soft``: ``ema``): left out of the ``regimes`` and ``algos`` sweeps.
+    variant_of: ClassVar[str | None] = None
+    #: True when ``python -m ablate.audit`` measures the regime by default.
+    audited: ClassVar[bool] = False
 
     def __init__(self, cfg: RefConfig, ctx: RefContext):
         self.cfg = cfg
@@ -259,6 +267,37 @@ def register(config_cls: type) -> Callable[[type[Reference]], type[Reference]]:
         return cls
 
     return deco
+
+
+#: What :func:`regime_names` lists, by purpose.
+PURPOSES = {
+    "all": "every regime: tables, figures (their order and colours), the bench's default regimes",
+    "sweep": "the regimes of the `regimes` and `algos` sweep presets: every regime but the variants (`variant_of`)",
+    "audit": "the regimes `python -m ablate.audit` measures by default (`audited`)",
+}
+
+
+def _declared(cls: type[Reference], attr: str, default: Any) -> Any:
+    """A listing attribute as the registered class itself declares it (not inherited)."""
+    return vars(cls).get(attr, default)
+
+
+def regime_names(purpose: str = "all") -> list[str]:
+    """The registered regimes for one purpose (:data:`PURPOSES`), in the canonical order: by ``rank``, then the
+    unranked ones by name. The one list every default, sweep preset and figure reads."""
+    if purpose not in PURPOSES:
+        raise ConfigError(f"unknown purpose {purpose!r} of a regime list (choose from: {', '.join(PURPOSES)})")
+    keep = {
+        "all": lambda cls: True,
+        "sweep": lambda cls: _declared(cls, "variant_of", None) is None,
+        "audit": lambda cls: bool(_declared(cls, "audited", False)),
+    }[purpose]
+
+    def order(name: str) -> tuple:
+        rank = _declared(REGISTRY[name], "rank", None)
+        return (rank is None, rank or 0, name)
+
+    return [name for name in sorted(REGISTRY, key=order) if keep(REGISTRY[name])]
 
 
 def regime_class(name: str) -> type[Reference]:

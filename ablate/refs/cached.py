@@ -65,6 +65,7 @@ def row_key(batch: TokenBatch, i: int) -> str:
 
 @register(CachedRefConfig)
 class CachedReference(Reference):
+    rank = 50
     EXTRA_DOCS = {
         "hits": "training sequences whose reference log-probs came from the cache",
         "misses": "training sequences not in the cache (ref.miss: scored by a full copy, NaN, or an error)",

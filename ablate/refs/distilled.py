@@ -132,6 +132,9 @@ class DistilledReference(ModelReference):
     """A smaller student of the SFT model (its own layers, or ``ref.path``), distilled on the SFT distribution
     until its held-out KL meets a target (cached)."""
 
+    rank = 70
+    audited = True
+
     EXTRA_DOCS = {
         "cache_hit": "1 when the student came from the cache (distilled by an earlier job, whose figures below are), "
         "else 0",

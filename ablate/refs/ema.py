@@ -71,6 +71,7 @@ def _policy_params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @register(EmaRefConfig)
 class EmaReference(ModelReference):
+    rank = 80
     EXTRA_DOCS = {
         "updates": "times the reference was updated from the policy during training",
         "tau": "the update interval in force, in optimiser steps (set directly or from ref.tau_fraction)",
@@ -147,3 +148,6 @@ class TrdpoSoftRefConfig(EmaRefConfig):
 @register(TrdpoSoftRefConfig)
 class TrdpoSoftReference(EmaReference):
     """``ref=trdpo_soft``: ``ref=ema`` with TR-DPO's settings, alpha 0.6 every 0.4 of the run (see above)."""
+
+    rank = 110
+    variant_of = "ema"  # TR-DPO's settings of ema: not a sweep point of its own

@@ -19,4 +19,7 @@ class FullReference(ModelReference):
     """The SFT weights in full precision, in eval mode, without gradients: loaded once more, or the run's frozen
     copy when it holds one (the model is only read). ``ref_bytes`` counts the copy either way."""
 
+    rank = 10  # the truth: first everywhere, the denominator of every ratio
+    audited = True
+
     reads_sft_copy = True

@@ -45,6 +45,9 @@ def shared_int8_params(quantized):
 
 @register(Int8RefConfig)
 class Int8Reference(QuantizedReference):
+    rank = 20
+    audited = True
+
     def quantization_config(self):
         from transformers import BitsAndBytesConfig
 

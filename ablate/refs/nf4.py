@@ -33,6 +33,9 @@ class Nf4RefConfig(QuantizedRefConfig):
 
 @register(Nf4RefConfig)
 class Nf4Reference(QuantizedReference):
+    rank = 30
+    audited = True
+
     @property
     def compute_dtype(self) -> torch.dtype:
         return torch.bfloat16 if self.cfg.compute_dtype == "bf16" else torch.float32

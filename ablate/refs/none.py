@@ -23,6 +23,7 @@ class NoneRefConfig(RefConfig):
 
 @register(NoneRefConfig)
 class NoReference(Reference):
+    rank = 100
     has_reference = False
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:

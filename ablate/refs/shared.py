@@ -24,6 +24,7 @@ class SharedRefConfig(RefConfig):
 
 @register(SharedRefConfig)
 class SharedReference(Reference):
+    rank = 40
     required_packages = required("peft", "peft", "ref=shared")
     logprobs_match_distribution = True  # both are the adapter-disabled policy's
 

@@ -19,6 +19,8 @@ class SnapshotRefConfig(MovingRefConfig):
 
 @register(SnapshotRefConfig)
 class SnapshotReference(EmaReference):
+    rank = 90
+
     def step(self, policy: torch.nn.Module, step: int) -> None:
         if step % self.tau == 0:
             self.update(policy, 1.0)
@@ -33,3 +35,6 @@ class TrdpoHardRefConfig(SnapshotRefConfig):
 @register(TrdpoHardRefConfig)
 class TrdpoHardReference(SnapshotReference):
     """``ref=trdpo_hard``: ``ref=snapshot`` every 0.4 of the run, TR-DPO's tau 512 to its run length."""
+
+    rank = 120
+    variant_of = "snapshot"  # TR-DPO's settings of snapshot: not a sweep point of its own

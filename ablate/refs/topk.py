@@ -76,6 +76,8 @@ def stored_bytes_per_position(k: int, vocab: int, keep_sampled: bool) -> int:
 
 @register(TopKRefConfig)
 class TopKReference(ModelReference):
+    rank = 60
+    audited = True
     EXTRA_DOCS = {
         "stored_bytes_per_position": "bytes the top-k answer holds per position (k log-probs and ids, the sampled "
         "token's with keep_sampled)",
