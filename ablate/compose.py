@@ -23,14 +23,14 @@ from ablate.paths import config_dir
 CONFIG_NAME = "config"
 _session = {"open": False}  # whether a hydra_session is open in this process (nested ones reuse it)
 
-# each group's option schemas, stored as schema/<group>/<the schema's name default>; reference regimes store
-# their own (ablate.refs.register) and one schema serves every logger option
+# each group's option schemas, stored as schema/<group>/<the schema's name default>; reference regimes and
+# algorithms store their own (ablate.refs.register, ablate.algos.registry.register) and one schema serves every
+# logger option
 OPTION_SCHEMAS = {
     "model": (C.SmolLM2ModelConfig, C.TinyModelConfig, C.HFModelConfig),
     "task": (C.TaskConfig, C.DatasetTaskConfig),
     "judge": (C.JudgeConfig, C.RewardModelJudgeConfig),
     "safety": (C.SafetyConfig, C.ClassifierSafetyConfig),
-    "algo": (C.DPOConfig, C.GRPOAlgoConfig, C.PPOAlgoConfig),
 }
 
 
@@ -40,12 +40,19 @@ def default_name(schema: type) -> str:
 
 
 def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent), the sweep presets and the resolvers."""
+    """Store every schema in Hydra's ConfigStore (idempotent), the plug-ins' options (``ABLATE_PLUGINS``), the
+    sweep presets and the resolvers."""
     from hydra.core.config_store import ConfigStore
 
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
+    from ablate import plugins
+    from ablate.algos.registry import load_all
+    from ablate.sweep.lists import register_resolvers
     from ablate.sweep.presets import register_presets
     from ablate.sweep.workers import register_resolver
+
+    load_all()  # each algorithm module registers schema/algo/<name>
+    plugins.store_options()
 
     cs = ConfigStore.instance()
     cs.store(name="schema", node=C.Config)
@@ -55,6 +62,7 @@ def register_configs() -> None:
     cs.store(group="schema/logger", name="logger", node=C.LoggerConfig)
     register_presets()
     register_resolver()
+    register_resolvers()
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from ablate.algos import registry, trl_fence
 from ablate.algos.l2_init import L2ToInit
 from ablate.algos.simpo import SimPOParams, margin_reference
 from ablate.algos.trl_common import common_args
+from ablate.config import algo as schemas
 from ablate.refs.base import Reference, TokenBatch
 from ablate.tasks.pair_tokens import PairCollator, pad_id, tokenized_dataset
 
@@ -153,4 +154,4 @@ def build_trainer(
     )
 
 
-registry.register("dpo", build_trainer, needs_pairs=True)
+registry.register("dpo", build_trainer, schema=schemas.DPOConfig, needs_pairs=True, rank=10)

@@ -33,6 +33,7 @@ from ablate.algos import registry, trl_fence
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, reward_penalty, zero_gradient_warning
 from ablate.algos.trl_common import common_args
+from ablate.config import algo as schemas
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
 log = logging.getLogger(__name__)
@@ -276,4 +277,4 @@ def build_trainer(
     return trainer
 
 
-registry.register("grpo", build_trainer)
+registry.register("grpo", build_trainer, schema=schemas.GRPOAlgoConfig, rank=30)

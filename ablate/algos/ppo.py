@@ -31,6 +31,7 @@ from ablate.algos import registry
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, zero_gradient_warning
 from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
+from ablate.config import algo as schemas
 from ablate.models.logprobs import logits_logprobs
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
@@ -325,4 +326,4 @@ def build_trainer(cfg, *, policy, tokenizer, prompts, reward, reference: Referen
     )
 
 
-registry.register("ppo", build_trainer)
+registry.register("ppo", build_trainer, schema=schemas.PPOAlgoConfig, rank=20)

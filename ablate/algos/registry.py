@@ -1,5 +1,11 @@
 """Training algorithms by name, as ``ablate.refs`` registers reference regimes: each algorithm module registers
-how to build its trainer, and the pipeline looks the algorithm up instead of branching on its name.
+how to build its trainer and its config schema (``schema/algo/<name>`` in Hydra's ConfigStore), and the pipeline
+looks the algorithm up instead of branching on its name.
+
+An algorithm is one module and one YAML: ``ablate/algos/<name>.py`` ending in :func:`register`, and
+``conf/algo/<name>.yaml`` (whose file names the module: every ``conf/algo/<name>.yaml`` with a module
+``ablate.algos.<name>`` is imported by :func:`load_all`), or the same pair in a plug-in folder
+(:mod:`ablate.plugins`). :func:`algorithm_names` is the one list of them (the ``algos`` sweep preset reads it).
 
 A builder is called with keywords only, the same set for every algorithm (:data:`BUILD_KEYWORDS`); it takes
 the ones it uses. The trainer it returns exposes ``train``, ``save_model``, ``state.global_step``,
@@ -9,8 +15,9 @@ the ones it uses. The trainer it returns exposes ``train``, ``save_model``, ``st
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from ablate.errors import ConfigError
@@ -30,7 +37,6 @@ BUILD_KEYWORDS = (
     "out_dir",
     "device",
 )
-BUILTIN = ("dpo", "grpo", "ppo")
 
 
 @dataclass(frozen=True)
@@ -39,28 +45,51 @@ class Algorithm:
 
     name: str
     build: Callable[..., Any]  # build(**keywords of BUILD_KEYWORDS) -> trainer
+    schema: type  # its config schema (the ``algo`` group's), stored as ``schema/algo/<name>``
     needs_pairs: bool = False  # trains on the preference pairs
+    rank: int | None = None  # place in lists (the ``algos`` sweep preset); None: after the ranked ones, by name
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
 
 
-def register(name: str, build: Callable[..., Any], *, needs_pairs: bool = False) -> None:
-    """Register ``build`` as algorithm ``name`` (one line at the end of each algorithm module)."""
-    ALGORITHMS[name] = Algorithm(name, build, needs_pairs)
+def register(
+    name: str, build: Callable[..., Any], *, schema: type, needs_pairs: bool = False, rank: int | None = None
+) -> None:
+    """Register ``build`` as algorithm ``name`` and store its config ``schema`` (whose ``name`` default is ``name``)
+    as ``schema/algo/<name>`` (one line at the end of each algorithm module)."""
+    from hydra.core.config_store import ConfigStore
+
+    declared = next((f.default for f in fields(schema) if f.name == "name"), MISSING)
+    if declared != name:
+        raise TypeError(f"{schema.__name__} must give the algorithm's name {name!r} as the default of its `name` field")
+    ALGORITHMS[name] = Algorithm(name, build, schema, needs_pairs, rank)
+    ConfigStore.instance().store(group="schema/algo", name=name, node=schema)
 
 
 def algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name``; ConfigError (one line) for an unknown one."""
-    _load_builtin()
+    load_all()
     try:
         return ALGORITHMS[name]
     except KeyError:
-        raise ConfigError(f"unknown algorithm {name!r} (choose from: {', '.join(sorted(ALGORITHMS))})") from None
+        raise ConfigError(f"unknown algorithm {name!r} (choose from: {', '.join(algorithm_names())})") from None
 
 
-def _load_builtin() -> None:
-    """Import the built-in algorithm modules; each registers itself on import."""
-    for name in BUILTIN:
-        if name not in ALGORITHMS:
-            importlib.import_module(f"ablate.algos.{name}")
+def algorithm_names() -> list[str]:
+    """Every algorithm, plug-ins included, by ``rank`` then (the unranked ones) by name."""
+    load_all()
+    return sorted(ALGORITHMS, key=lambda n: (ALGORITHMS[n].rank is None, ALGORITHMS[n].rank or 0, n))
+
+
+def load_all() -> None:
+    """Import every algorithm module; each registers itself on import: ``ablate.algos.<name>`` for each
+    ``conf/algo/<name>.yaml`` that has one (a YAML may also preset another algorithm's settings), then the plug-ins."""
+    from ablate import plugins
+    from ablate.paths import config_dir
+
+    for path in sorted((config_dir() / "algo").glob("*.yaml")):
+        module = f"{__package__}.{path.stem}"
+        if path.stem not in ALGORITHMS and importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+    plugins.load()

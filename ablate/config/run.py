@@ -117,7 +117,7 @@ def validate(cfg: Config) -> None:
     regime.resolve(cfg)  # settles settings that depend on other groups (ref=cached: miss=auto), in place
     regime.check_config(cfg)
     require(
-        cfg.algo.name in regime.supported_algos,
+        regime.supports(cfg.algo.name),
         f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
     )
     require(

@@ -104,6 +104,7 @@ class Reference(ABC):
 
     name: ClassVar[str]
     config_cls: ClassVar[type]
+    #: The algorithms the regime serves. Left at this default: every algorithm, plug-ins included (:meth:`supports`).
     supported_algos: ClassVar[tuple[str, ...]] = ("dpo", "ppo", "grpo")
     #: False for reference-free training: there is no reference term, and no approximate KL.
     has_reference: ClassVar[bool] = True
@@ -138,6 +139,11 @@ class Reference(ABC):
     def resolve(cls, cfg: Config) -> None:
         """Settle, in place, the regime's settings that depend on the rest of the config (``ref=cached``:
         ``miss=auto``), when the config is validated. No-op by default."""
+
+    @classmethod
+    def supports(cls, algo: str) -> bool:
+        """Whether the regime serves ``algo``: every algorithm unless it declares its own ``supported_algos``."""
+        return cls.supported_algos is Reference.supported_algos or algo in cls.supported_algos
 
     @classmethod
     def check_config(cls, cfg: Config) -> None:
