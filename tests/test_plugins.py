@@ -1,0 +1,186 @@
+"""Plug-ins outside the package (``ABLATE_PLUGINS``): docs/extending.md's regime, one module and one YAML copied
+from the page as written, and a throw-away algorithm, show up wherever a built-in does: the command line and its
+choices, the sweep presets (as Hydra's basic sweeper expands them, and in W&B sweep files), the bench's and the
+audit's defaults, a report's figure order and colours. Each check runs in a fresh process: a plug-in registered
+here would stay in this process's registries."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY_FAST, run_cli
+
+DOC = REPO / "docs" / "extending.md"
+BUILTIN = ["full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none"]
+
+ALGO_MODULE = """
+from dataclasses import dataclass
+
+from ablate.algos import registry
+from ablate.algos.grpo import build_trainer
+from ablate.config import GRPOAlgoConfig
+
+
+@dataclass
+class GrpoWideConfig(GRPOAlgoConfig):
+    name: str = "grpo_wide"
+    num_generations: int = 8
+
+
+registry.register("grpo_wide", build_trainer, schema=GrpoWideConfig)
+"""
+ALGO_YAML = "defaults:\n  - /schema/algo/grpo_wide@_here_\n  - _self_\n"
+
+
+def doc_files(text: str) -> dict[str, str]:
+    """The page's code blocks that begin ``# file: <name>``: name -> content."""
+    blocks = re.findall(r"```\w+\n# file: (\S+)\n(.*?)```", text, flags=re.S)
+    return {name: body for name, body in blocks}
+
+
+@pytest.fixture
+def plugin_dir(tmp_path) -> Path:
+    """docs/extending.md's plug-in regime, written out as the page gives it, and a throw-away algorithm."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    files = doc_files(DOC.read_text())
+    assert set(files) == {"bf16_ref.py", "bf16.yaml"}, files
+    for name, body in files.items():
+        (folder / name).write_text(body)
+    (folder / "grpo_wide_algo.py").write_text(ALGO_MODULE)
+    (folder / "grpo_wide.yaml").write_text(ALGO_YAML)
+    return folder
+
+
+def plugins_env(folder) -> dict:
+    """``ABLATE_PLUGINS`` set to ``folder``, and this checkout's ``ablate`` first on the path (a subprocess started
+    in a temporary folder would otherwise import whichever copy is installed)."""
+    return {"ABLATE_PLUGINS": str(folder), "PYTHONPATH": str(REPO)}
+
+
+def run_py(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+LISTS = """
+    import json
+    from ablate.refs import regime_names
+    from ablate.algos.registry import algorithm_names
+    from ablate.sweep import presets
+    from ablate.sweep.wandb_file import wandb_sweep
+    from ablate.bench.config import all_regimes
+    from ablate.audit.cli import split_regimes
+    from ablate.cli import preflight
+    from ablate.compose import compose
+    from analysis.figure_style import regime_colors, regime_order
+
+    print(json.dumps({
+        "all": regime_names("all"), "sweep": regime_names("sweep"), "audit": regime_names("audit"),
+        "algos": algorithm_names(),
+        "grid": presets.grid(["algos"]),
+        "wandb": wandb_sweep(["regimes"])["parameters"]["ref"]["values"],
+        "bench": all_regimes(), "audit_default": split_regimes([])[0],
+        "figures": list(regime_order()), "colours": list(regime_colors(["bf16", "none", "full"])),
+        "jobs": preflight(["ref=bf16", "model=tiny", "logger=none"]) + preflight(["algo=grpo_wide", "model=tiny"]),
+        "composed": [compose("ref=bf16", "model=tiny").ref.name, compose("algo=grpo_wide", "model=tiny").algo.num_generations],
+    }))
+"""
+
+
+def test_the_docs_plugin_regime_and_an_algorithm_are_in_every_list(plugin_dir, tmp_path):
+    got = json.loads(run_py(LISTS, {"ABLATE_PLUGINS": str(plugin_dir)}, tmp_path).stdout.splitlines()[-1])
+    every = [*BUILTIN, "trdpo_soft", "trdpo_hard", "bf16"]  # unranked: after the built-ins, by name
+    assert got["all"] == got["bench"] == got["figures"] == every
+    assert got["sweep"] == got["wandb"] == [*BUILTIN, "bf16"]
+    assert got["audit"] == got["audit_default"] == ["full", "int8", "nf4", "topk", "distilled", "bf16"]
+    assert got["algos"] == ["dpo", "ppo", "grpo", "grpo_wide"]
+    assert got["grid"] == {"algo": "dpo,ppo,grpo,grpo_wide", "ref": ",".join([*BUILTIN, "bf16"])}
+    assert got["colours"] == ["full", "none", "bf16"]  # the report's order, the colours follow it
+    assert got["jobs"] == 2 and got["composed"] == ["bf16", 8]
+
+
+def test_without_plugins_nothing_is_added(tmp_path):
+    got = json.loads(run_py(LISTS.replace("bf16", "full").replace("algo=grpo_wide", "algo=grpo").replace(
+        "compose(\"algo=grpo\", \"model=tiny\").algo.num_generations", "0"), {"ABLATE_PLUGINS": ""}, tmp_path
+    ).stdout.splitlines()[-1])  # fmt: skip
+    assert got["all"] == [*BUILTIN, "trdpo_soft", "trdpo_hard"] and got["algos"] == ["dpo", "ppo", "grpo"]
+
+
+# Hydra's own multirun on ablate's config: its basic sweeper expands the preset's grid (the resolvers) and its basic
+# launcher calls this task function, which records each job's choices instead of training.
+SWEEP = """
+    import sys
+    import hydra
+    from ablate.compose import register_configs
+    from ablate.paths import config_dir
+
+    register_configs()
+
+    @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+    def record(cfg):
+        print("JOB", cfg.algo.name, cfg.ref.name, flush=True)
+
+    sys.argv = ["sweep", "-m", "+sweep=algos", "model=tiny", "hydra/launcher=basic", "~hydra.callbacks.sweep_report",
+                "hydra.sweep.dir=multirun", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    record()
+"""
+
+
+@pytest.mark.parametrize("with_plugins", [False, True])
+def test_hydras_basic_sweeper_expands_the_registry_lists(plugin_dir, tmp_path, with_plugins):
+    env = {"ABLATE_PLUGINS": str(plugin_dir) if with_plugins else ""}
+    out = run_py(SWEEP, env, tmp_path).stdout
+    jobs = [tuple(ln.split()[1:]) for ln in out.splitlines() if ln.startswith("JOB ")]
+    algos = ["dpo", "ppo", "grpo"] + (["grpo_wide"] if with_plugins else [])
+    refs = BUILTIN + (["bf16"] if with_plugins else [])
+    assert sorted(jobs) == sorted((a, r) for a in algos for r in refs)
+
+
+def test_the_cli_lists_a_plugin_among_the_choices(plugin_dir, tmp_path):
+    res = run_cli("ref=bf1", "model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(plugin_dir))
+    assert res.returncode == 2
+    assert "ablate: error: unknown ref 'bf1' (choose from: bf16, cached," in res.stderr.strip().splitlines()[-1]
+    res = run_cli("algo=grpo_wid", "model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(plugin_dir))
+    assert "unknown algo 'grpo_wid' (choose from: dpo, grpo, grpo_wide, ppo)" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "write,says",
+    [
+        (lambda d: None, "ABLATE_PLUGINS: no such folder"),
+        (lambda d: (d.mkdir(), (d / "broken.py").write_text("import nope_not_a_module\n")), "failed to import"),
+        (lambda d: (d.mkdir(), (d / "orphan.yaml").write_text("x: 1\n")), "names no regime or algorithm"),
+    ],
+)
+def test_a_bad_plugin_is_one_line_before_anything_loads(tmp_path, write, says):
+    folder = tmp_path / "plugins"
+    write(folder)
+    res = run_cli("model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(folder))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("ablate: error: ") and says in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_the_docs_plugin_regime_trains(plugin_dir, tmp_path):
+    res = run_cli("ref=bf16", *TINY_FAST, "hydra.run.dir=run", cwd=tmp_path, timeout=600, env=plugins_env(plugin_dir))
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 3
