@@ -321,7 +321,7 @@ def grpo_base():
     class FencedGRPOTrainer(TRLState, GRPOTrainer):
         #: False: TRL's loss runs without its KL term (the KL is in the reward, or :meth:`loss_kl`'s)
         kl_in_loss = True
-        #: the task's stop rule (``task.max_sentences``, :mod:`ablate.tasks.stop_rule`); None: EOS or the cap only
+        #: the task's stop rule (``task.max_sentences``, :mod:`ablate.stop_rule`); None: EOS or the cap only
         max_sentences: int | None = None
 
         def __init__(self, *args, beta: float, **kwargs):
@@ -333,8 +333,8 @@ def grpo_base():
             self.ref_model = RegimeRefSlot() if beta != 0.0 else None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-            """TRL's rollouts cut by the task's stop rule (:func:`ablate.tasks.stop_rule.cut_rollouts`)."""
-            from ablate.tasks.stop_rule import cut_rollouts
+            """TRL's rollouts cut by the task's stop rule (:func:`ablate.stop_rule.cut_rollouts`)."""
+            from ablate.stop_rule import cut_rollouts
 
             out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
             return cut_rollouts(self.processing_class, *out, set(self.eos_token_ids), self.max_sentences)

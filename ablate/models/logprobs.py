@@ -14,7 +14,7 @@ import torch
 from ablate.algos import trl_fence
 
 if TYPE_CHECKING:
-    from ablate.refs.base import TokenBatch
+    from ablate.batch import TokenBatch
 
 
 def add_logprob_head(model: torch.nn.Module) -> None:
