@@ -155,8 +155,8 @@ def check_job(overrides: list[str]) -> None:
 def check_config(cfg) -> None:
     """Every check a composed job gets before any model loads (the CLI's and the bench's): validation and
     settings resolved in place, packages, device and model source."""
-    from ablate.config import validate
     from ablate.models.loading import check_source
+    from ablate.validation import validate
 
     validate(cfg)
     check_packages(cfg)

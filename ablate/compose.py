@@ -90,7 +90,7 @@ def compose_raw(*overrides: str, config_name: str = CONFIG_NAME, hydra: bool = F
 def compose(*overrides: str, out_dir: str | os.PathLike = ".", config_name: str = CONFIG_NAME) -> Any:
     """The typed config objects for ``python -m ablate <overrides>``: every schema's ``__post_init__`` checks
     ran, a key no schema defines is refused (ConfigError), ``out_dir`` is set (when the config has one).
-    Checks that span groups are :func:`ablate.config.validate`'s."""
+    Checks that span groups are :func:`ablate.validation.validate`'s."""
     from omegaconf import OmegaConf
 
     raw = compose_raw(*overrides, config_name=config_name)

@@ -182,7 +182,7 @@ def test_ref_path_with_another_tokenizer_is_refused_in_one_line_before_any_load(
 
 
 def test_ref_path_settings_are_checked_before_anything_loads(tmp_path):
-    from ablate.config import validate
+    from ablate.validation import validate
 
     for path, message in [
         (tmp_path / "nope", "no such folder"),
