@@ -44,8 +44,8 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
-    from ablate.sweep.presets import register_presets
-    from ablate.sweep.workers import register_resolver
+    from ablate.presets import register_presets
+    from ablate.workers import register_resolver
 
     cs = ConfigStore.instance()
     cs.store(name="schema", node=C.Config)
