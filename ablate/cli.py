@@ -45,7 +45,7 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
     sweeper builds them: a ``+sweep=`` preset's grid first, the command line after it (it wins on a key)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from ablate.sweep import presets
+    from ablate import presets
 
     args = [a for a in argv if not _is_flag(a)]
     # drop the values of flags that take one (e.g. --config-name x, -cn x, --cfg job)
@@ -155,8 +155,8 @@ def check_job(overrides: list[str]) -> None:
 def check_config(cfg) -> None:
     """Every check a composed job gets before any model loads (the CLI's and the bench's): validation and
     settings resolved in place, packages, device and model source."""
-    from ablate.config import validate
     from ablate.models.loading import check_source
+    from ablate.validation import validate
 
     validate(cfg)
     check_packages(cfg)
@@ -291,7 +291,7 @@ def _hydra_main() -> None:
         if distributed.is_main():
             print(f"ablate: {summary['status']}: {cfg.out_dir}/summary.json", flush=True)
         if not sweeping and summary["status"] != "finished":
-            from ablate.sweep.report import OUTCOME
+            from ablate.status import OUTCOME
 
             OUTCOME["not_finished"] = 1
         return summary
@@ -332,7 +332,7 @@ def main() -> None:
             _error_exit(str(e))
     _hydra_main()
     distributed.close()
-    from ablate.sweep.report import OUTCOME
+    from ablate.status import OUTCOME
 
     if OUTCOME["not_finished"]:  # a sweep's jobs that did not finish, or a single run that diverged
         sys.exit(1)

@@ -47,9 +47,9 @@ def register_configs() -> None:
     import ablate.refs  # noqa: F401  (each regime module registers schema/ref/<name>)
     from ablate import plugins
     from ablate.algos.registry import load_all
-    from ablate.sweep.lists import register_resolvers
-    from ablate.sweep.presets import register_presets
-    from ablate.sweep.workers import register_resolver
+    from ablate.lists import register_resolvers
+    from ablate.presets import register_presets
+    from ablate.workers import register_resolver
 
     load_all()  # each algorithm module registers schema/algo/<name>
     plugins.store_options()
@@ -98,7 +98,7 @@ def compose_raw(*overrides: str, config_name: str = CONFIG_NAME, hydra: bool = F
 def compose(*overrides: str, out_dir: str | os.PathLike = ".", config_name: str = CONFIG_NAME) -> Any:
     """The typed config objects for ``python -m ablate <overrides>``: every schema's ``__post_init__`` checks
     ran, a key no schema defines is refused (ConfigError), ``out_dir`` is set (when the config has one).
-    Checks that span groups are :func:`ablate.config.validate`'s."""
+    Checks that span groups are :func:`ablate.validation.validate`'s."""
     from omegaconf import OmegaConf
 
     raw = compose_raw(*overrides, config_name=config_name)

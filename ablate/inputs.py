@@ -130,7 +130,7 @@ def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None
         if rows is None:
             raise ValueError(
                 f"ref={reference.name}: ref.batch_size=null (the algorithm's) is settled when the config is validated "
-                "(ablate.config.validate); a regime built by hand needs a batch size"
+                "(ablate.validation.validate); a regime built by hand needs a batch size"
             )
         reference.prepare(pair_batches(tokenizer, pairs or [], rows, ctx.max_length))
 

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import distributed
-from ablate.config import Config, validate
+from ablate.config import Config
 from ablate.pipeline import train_and_evaluate
 from ablate.ref_metrics import cost_metrics
 from ablate.tracking import checkpoint, resume, schema
@@ -22,6 +22,7 @@ from ablate.tracking.disk import UNAVAILABLE, written_bytes
 from ablate.tracking.memory import peak_rss_bytes
 from ablate.tracking.provenance import provenance
 from ablate.tracking.run_dir import run_folder, to_python
+from ablate.validation import validate
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,10 @@ from pathlib import Path
 from ablate.tracking import schema
 from ablate.tracking.run_dir import load_summary
 
+#: set by the end-of-sweep callback (ablate.sweep.report) or by a single run that did not finish; ``python -m
+#: ablate`` exits 1 when non-zero
+OUTCOME: dict[str, int] = {"not_finished": 0}
+
 
 def columns() -> list[tuple[str, str, int, str, float]]:
     """(summary key, header, width, format, scale) of each column, from the metric schema."""

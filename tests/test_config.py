@@ -12,9 +12,9 @@ from ablate import config as C
 from ablate.cli import config_groups
 from ablate.compose import compose as compose_typed
 from ablate.compose import register_configs, unknown_keys
-from ablate.config import validate
 from ablate.errors import ConfigError
 from ablate.paths import config_dir
+from ablate.validation import validate
 from tests.conftest import compose
 
 GROUPS = config_groups()

@@ -6,6 +6,10 @@ cycle until the function runs: ``pipeline`` and ``run`` used to import each othe
 never run. Importing ``a.b.c`` also runs the ``__init__`` of ``a`` and ``a.b``, so those are edges too, except
 a module's own ancestor packages (a package's ``__init__`` that imports its submodules, as ``ablate.refs``
 does to register every regime, is the usual pattern, not a cycle).
+
+The layers between packages (which package may import which) are import-linter's contracts
+(``[tool.importlinter]`` in pyproject.toml, ``lint-imports`` in .ci/run); this test is kept for what those do not
+see: a cycle between modules of one package.
 """
 
 from __future__ import annotations

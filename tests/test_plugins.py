@@ -83,7 +83,7 @@ LISTS = """
     import json
     from ablate.refs import regime_names
     from ablate.algos.registry import algorithm_names
-    from ablate.sweep import presets
+    from ablate import presets
     from ablate.sweep.wandb_file import wandb_sweep
     from ablate.bench.config import all_regimes
     from ablate.audit.cli import split_regimes

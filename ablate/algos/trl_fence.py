@@ -12,7 +12,8 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   reference call, ``_get_per_token_logps_and_entropies(self.ref_model, ...)``, is answered by the regime, and
   the same override fills uncovered rows at loss time. ``_compute_loss`` runs with TRL's KL term, without it,
   or with one of ours summed as TRL sums its per-token loss under ``loss_type="dapo"``.
-- Both: the fused LM head (``add_fused_lm_head``; its CPU tile functions replaced by memory-lean ones that
+- Both: the fused LM head (``add_fused_lm_head``, called from :mod:`ablate.models.fused_head`, which the models
+  layer uses; its CPU tile functions replaced by memory-lean ones that
   compute bit for bit the same, :func:`use_lean_head`), TRL's metrics buffer ``_metrics`` (DPO also reads its
   ``logps/chosen`` back, to log the SFT replay term) and DPO's token counter ``_total_train_tokens`` (not in the
   Trainer's own state, so a resumed run restores it).
@@ -30,13 +31,17 @@ from functools import cache
 
 import torch
 
-from ablate.algos import lean_head
 from ablate.errors import MissingAsset
-
-#: TRL versions this fence was checked with (tests/algos/test_trl_fence.py holds it to the installed one).
-CHECKED_WITH = ("1.16.0",)
-#: the keyword TRL's fused head adds to ``model.forward`` (documented by ``add_fused_lm_head``)
-FUSED_KWARG = "fused_lm_head"
+from ablate.models.fused_head import (  # noqa: F401  (the fused head's home is ablate.models.fused_head)
+    CHECKED_WITH,
+    FUSED_KWARG,
+    _fused_head_fn,
+    _trl_version,
+    add_fused_head,
+    fused_logprobs,
+    has_fused_head,
+    use_lean_head,
+)
 
 
 # ------------------------------------------------------------------------------------------ the contract
@@ -60,12 +65,6 @@ def _grpo():
     from trl import GRPOTrainer
 
     return GRPOTrainer
-
-
-def _fused_head_fn():
-    from trl.trainer import add_fused_lm_head
-
-    return add_fused_lm_head
 
 
 CONTRACT: tuple[Expect, ...] = (
@@ -174,49 +173,6 @@ def _source(fn: Callable) -> str:
         return ""
 
 
-def _trl_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("trl")
-    except PackageNotFoundError:
-        return "(not installed)"
-
-
-# -------------------------------------------------------------------------------------- fused LM head
-def has_fused_head(model: torch.nn.Module) -> bool:
-    """True when ``model.forward`` takes TRL's ``fused_lm_head`` keyword (installed by us, or by a TRL trainer
-    on the policy, possibly with more outputs than log-probs: never install a second one over it)."""
-    forward = model.__dict__.get("forward")
-    if forward is None:
-        return False
-    return FUSED_KWARG in inspect.signature(forward, follow_wrapped=False).parameters
-
-
-def add_fused_head(model: torch.nn.Module) -> None:
-    """TRL's fused LM head on ``model`` (per-token log-probs without [B, T, V] logits), unless it has one."""
-    use_lean_head()
-    if not has_fused_head(model):
-        _fused_head_fn()(model)
-
-
-@cache
-def use_lean_head() -> bool:
-    """Every fused head (ours, and the one TRL's trainers put on the policy) folds its logits tiles on CPU with
-    :mod:`ablate.algos.lean_head`'s functions (bit for bit TRL's, in fewer whole-tile temporaries), with a TRL
-    this fence was checked with; any other keeps TRL's own. Returns whether the lean ones are in place."""
-    return _trl_version() in CHECKED_WITH and lean_head.install()
-
-
-def fused_logprobs(model: torch.nn.Module, input_ids, attention_mask, labels) -> torch.Tensor:
-    """[B, T-1] per-token log-probs of ``labels`` (-100: not scored, 0 there) through the fused head of
-    ``model`` (or of the model it wraps)."""
-    out = model(
-        input_ids=input_ids, attention_mask=attention_mask, labels=labels, use_cache=False, **{FUSED_KWARG: True}
-    )
-    return out.log_probs
-
-
 # ----------------------------------------------------------------------------------------- the trainers
 class RegimeRefSlot(torch.nn.Module):
     """Stands where TRL's GRPO keeps its reference model; never called as a model."""
@@ -321,7 +277,7 @@ def grpo_base():
     class FencedGRPOTrainer(TRLState, GRPOTrainer):
         #: False: TRL's loss runs without its KL term (the KL is in the reward, or :meth:`loss_kl`'s)
         kl_in_loss = True
-        #: the task's stop rule (``task.max_sentences``, :mod:`ablate.tasks.stop_rule`); None: EOS or the cap only
+        #: the task's stop rule (``task.max_sentences``, :mod:`ablate.stop_rule`); None: EOS or the cap only
         max_sentences: int | None = None
 
         def __init__(self, *args, beta: float, **kwargs):
@@ -333,8 +289,8 @@ def grpo_base():
             self.ref_model = RegimeRefSlot() if beta != 0.0 else None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-            """TRL's rollouts cut by the task's stop rule (:func:`ablate.tasks.stop_rule.cut_rollouts`)."""
-            from ablate.tasks.stop_rule import cut_rollouts
+            """TRL's rollouts cut by the task's stop rule (:func:`ablate.stop_rule.cut_rollouts`)."""
+            from ablate.stop_rule import cut_rollouts
 
             out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
             return cut_rollouts(self.processing_class, *out, set(self.eos_token_ids), self.max_sentences)

@@ -109,30 +109,6 @@ class Config:
         require(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 
-def validate(cfg: Config) -> None:
-    """Checks that span config groups. Raises ConfigError with one line."""
-    from ablate.refs import regime_class
-
-    regime = regime_class(cfg.ref.name)
-    regime.resolve(cfg)  # settles settings that depend on other groups (ref=cached: miss=auto), in place
-    regime.check_config(cfg)
-    require(
-        regime.supports(cfg.algo.name),
-        f"ref={cfg.ref.name} does not support algo={cfg.algo.name} (supported: {', '.join(regime.supported_algos)})",
-    )
-    require(
-        cfg.algo.name != "dpo" or cfg.algo.loss_type != "simpo" or not regime.has_reference,
-        "algo.loss_type=simpo is reference-free (SimPO has no reference term): it needs ref=none, "
-        f"got ref={cfg.ref.name}",
-    )
-    if cfg.model.name == "hf":
-        require(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
-    from ablate.models.loading import check_device
-
-    check_device(cfg.model.device)
-    check_processes(cfg)
-
-
 def check_processes(cfg: Config) -> None:
     """What a job launched on several processes (``accelerate launch``, ``torchrun``) needs: an algorithm that runs
     data-parallel, a global batch that splits evenly, and at least one evaluation prompt per process."""

@@ -15,7 +15,7 @@ class TaskConfig:
     n_test: int = 64  # held-out prompts kept for final reports
     split_seed: int = 0
     max_new_tokens: int = 64  # with the stop rule, 4% of the SFT model's responses reach 64 tokens (10% reach 48)
-    # the stop rule: a response ends after this many sentences (ablate.tasks.stop_rule); None: at EOS or the cap only
+    # the stop rule: a response ends after this many sentences (ablate.stop_rule); None: at EOS or the cap only
     max_sentences: int | None = 1
     temperature: float = 1.0
     samples_per_prompt: int = 4  # SFT samples per train prompt; best/worst by gold reward become a pair

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ablate.cache import CacheEntry
+from ablate.stop_rule import RULE
 from ablate.tasks.prompts import prompts_fingerprint
-from ablate.tasks.stop_rule import RULE
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class BaselineSettings:
     precision: str
     sampler: str
     device: str  # the device type: kernels differ, and so may the sampled tokens
-    max_sentences: int | None  # the task's stop rule (ablate.tasks.stop_rule)
+    max_sentences: int | None  # the task's stop rule (ablate.stop_rule)
     stop_rule: str = RULE  # and the rule itself: another rule, other responses
 
 

@@ -57,7 +57,7 @@ class FidelityProbe:
     prompts: list[str] | None = None  # GRPO/PPO: the training prompts (the first batch's come first)
     reward: object = None  # GRPO/PPO: the gold reward, texts -> scores
     max_new_tokens: int = 48
-    max_sentences: int | None = None  # the task's stop rule for the fresh samples (ablate.tasks.stop_rule)
+    max_sentences: int | None = None  # the task's stop rule for the fresh samples (ablate.stop_rule)
     seed: int = 0
     _true_margins: torch.Tensor | None = field(default=None, repr=False)  # the judge is frozen: computed once
 

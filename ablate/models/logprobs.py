@@ -2,7 +2,8 @@
 
 Per-token log-probs of given tokens go through TRL's fused LM head (no [B, T, V] logits; the same kernel
 TRL's trainers use for the policy, so a reference equal to the policy gives exactly equal log-probs). The
-fused head is TRL's private business: :mod:`ablate.algos.trl_fence` installs and calls it.
+fused head is TRL's private business: :mod:`ablate.models.fused_head` installs and calls it (checked by
+:mod:`ablate.algos.trl_fence`).
 """
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ablate.algos import trl_fence
+from ablate.models import fused_head
 
 if TYPE_CHECKING:
-    from ablate.refs.base import TokenBatch
+    from ablate.batch import TokenBatch
 
 
 def add_logprob_head(model: torch.nn.Module) -> None:
     """Install TRL's fused LM head on ``model`` unless it has one (ours, or a TRL trainer's on the policy)."""
-    trl_fence.add_fused_head(model)
+    fused_head.add_fused_head(model)
 
 
 def has_logprob_head(model: torch.nn.Module) -> bool:
     """True when ``model`` already has TRL's fused LM head."""
-    return trl_fence.has_fused_head(model)
+    return fused_head.has_fused_head(model)
 
 
 def response_labels(batch: TokenBatch) -> torch.Tensor:
@@ -36,7 +37,7 @@ def head_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     """[B, T-1] float32 log-probs of the response tokens (0 elsewhere) through a fused head already installed
     on ``model`` or on the model it wraps (a peft model's base model), without gradients."""
     with torch.no_grad():
-        out = trl_fence.fused_logprobs(model, batch.input_ids, batch.attention_mask, response_labels(batch))
+        out = fused_head.fused_logprobs(model, batch.input_ids, batch.attention_mask, response_labels(batch))
     return out.float()
 
 

@@ -15,7 +15,7 @@ Two samplers:
   sampler, kept as a baseline: its draws depend on the batch size and composition.
 
 A response ends at its first EOS, at ``max_new_tokens``, or where the task's stop rule cuts it (``max_sentences``,
-:mod:`ablate.tasks.stop_rule`): tokens after the end are masked out, never decoded or scored.
+:mod:`ablate.stop_rule`): tokens after the end are masked out, never decoded or scored.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ablate.batch import TokenBatch
+from ablate.chat import as_chat
 from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
 from ablate.models.precision import autocast, is_bf16
-from ablate.refs.base import TokenBatch
-from ablate.tasks.prompts import as_chat
-from ablate.tasks.stop_rule import cut_completion
+from ablate.stop_rule import cut_completion
 
 SAMPLERS = ("coupled", "multinomial")
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from ablate.batch import TokenBatch
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,27 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY: dict[str, type[Reference]] = {}
-
-
-@dataclass
-class TokenBatch:
-    """Prompt+response token ids, right- or left-padded. ``completion_mask`` marks response tokens.
-
-    Per-token outputs are aligned with ``input_ids[:, 1:]`` (the token each position predicts),
-    shape ``[B, T-1]``, and are 0 where ``completion_mask[:, 1:]`` is 0.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    completion_mask: torch.Tensor
-
-    def to(self, device: torch.device | str) -> TokenBatch:
-        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
-
-    @property
-    def target_mask(self) -> torch.Tensor:
-        """[B, T-1] bool: positions whose next token is a response token."""
-        return self.completion_mask[:, 1:].bool()
 
 
 @dataclass
@@ -71,7 +51,7 @@ class RefContext:
     policy: torch.nn.Module | None = None  # the (possibly peft-wrapped) policy being trained
     load_model: Callable[..., torch.nn.Module] | None = None  # load_model(**overrides) -> frozen eval-mode copy
     train_data: Any = None  # the preference pairs, for regimes built from them (``Reference.needs_pairs``)
-    max_sentences: int | None = None  # the task's stop rule (ablate.tasks.stop_rule), for regimes that sample it
+    max_sentences: int | None = None  # the task's stop rule (ablate.stop_rule), for regimes that sample it
     cache_root: str | None = None
 
 

@@ -103,7 +103,7 @@ class CachedReference(Reference):
         super().__init__(cfg, ctx)
         require(
             cfg.miss != "auto",
-            "ref.miss=auto is settled when the config is validated (ablate.config.validate): "
+            "ref.miss=auto is settled when the config is validated (ablate.validation.validate): "
             "build CachedReference with miss=skip, fallback or error",
         )
         self.index: dict[str, int] | None = None

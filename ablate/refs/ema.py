@@ -110,7 +110,7 @@ class EmaReference(ModelReference):
         """The update interval, in optimiser steps (settled from ``tau_fraction`` when the config is validated)."""
         require(
             self.cfg.tau is not None,
-            f"ref.tau=null is settled when the config is validated (ablate.config.validate): build "
+            f"ref.tau=null is settled when the config is validated (ablate.validation.validate): build "
             f"ref={self.name} with tau set",
         )
         return self.cfg.tau

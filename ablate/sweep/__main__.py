@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ablate import presets
 from ablate.paths import sweeps_dir
-from ablate.sweep import presets
 from ablate.sweep.wandb_file import render
 
 

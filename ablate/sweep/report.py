@@ -10,8 +10,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-#: set by the callback (or by a single run that did not finish); ``python -m ablate`` exits 1 when non-zero
-OUTCOME: dict[str, int] = {"not_finished": 0}
+from ablate.status import OUTCOME
 
 
 def job_statuses(sweep_dir: Path) -> list[tuple[str, str, str]]:

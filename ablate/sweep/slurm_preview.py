@@ -149,9 +149,9 @@ def render(preset: str, overrides: list[str] = ()) -> Preview:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from ablate import presets
     from ablate.cli import _job_overrides
     from ablate.compose import compose_raw, hydra_session, register_configs
-    from ablate.sweep import presets
 
     presets.load(preset)  # an unknown name: one line
     overrides = list(overrides)

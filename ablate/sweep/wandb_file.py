@@ -10,7 +10,7 @@ from __future__ import annotations
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from ablate.sweep import presets
+from ablate import presets
 
 
 def _values(key: str, spec: str) -> list:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from ablate.refs.base import TokenBatch
+    from ablate.batch import TokenBatch
     from ablate.tasks.pairs import Pair
 
 COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -83,7 +83,7 @@ def _right_padded(rows: list[list[int]], value: int) -> torch.Tensor:
 def collate(rows: Sequence[PairTokens], pad: int, max_length: int | None) -> TokenBatch:
     """A batch of pairs as DPO sees it: the chosen sequences then the rejected ones, each truncated from the
     end to ``max_length``, right-padded to the longest."""
-    from ablate.refs.base import TokenBatch
+    from ablate.batch import TokenBatch
 
     cut = slice(None, max_length)
     seqs = [r.prompt_ids + r.chosen_ids for r in rows] + [r.prompt_ids + r.rejected_ids for r in rows]

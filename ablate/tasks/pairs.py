@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.cache import CacheEntry
+from ablate.stop_rule import RULE
 from ablate.tasks.prompts import prompts_fingerprint
-from ablate.tasks.stop_rule import RULE
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ class PairSettings:
     seed: int
     precision: str
     sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial
-    max_sentences: int | None = None  # the task's stop rule (ablate.tasks.stop_rule); None: EOS or the cap only
+    max_sentences: int | None = None  # the task's stop rule (ablate.stop_rule); None: EOS or the cap only
     stop_rule: str = RULE  # and the rule itself: another rule, other responses
 
 

@@ -2,7 +2,7 @@
 
 Two kinds of prompt are mixed: review *prefixes* to continue (IMDb-like, some
 neutral or negative in tone) and direct "write a review" instructions, each asking for one sentence (the
-task's stop rule ends a response after its first sentence: ablate.tasks.stop_rule). Each
+task's stop rule ends a response after its first sentence: ablate.stop_rule). Each
 candidate is assigned to a split by a stable hash of its text, so the split a
 prompt lands in never depends on the requested sizes or on the seed.
 """
@@ -10,10 +10,11 @@ prompt lands in never depends on the requested sizes or on the seed.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 import string
+
+from ablate.chat import as_chat, from_chat
 
 __all__ = ["make_prompts", "prompts_fingerprint", "as_chat", "from_chat"]
 
@@ -283,25 +284,3 @@ def prompts_fingerprint(prompts: list[str]) -> str:
         if _SEP in p:
             raise ValueError("prompts must not contain NUL characters")
     return hashlib.sha256("".join(p + _SEP for p in prompts).encode("utf-8")).hexdigest()
-
-
-# A prompt is a string everywhere in the harness (caches, fingerprints, samples.jsonl). A conversational prompt of
-# several messages (a system turn, earlier turns) is kept as this marker and its messages in JSON, so that it
-# renders through the chat template exactly as written; a single user turn is kept as its text.
-_CHAT = "\ue000chat:"
-
-
-def as_chat(prompt: str) -> list[dict]:
-    """``prompt`` as the messages a chat template renders: one user turn, or the conversation
-    :func:`from_chat` kept."""
-    if prompt.startswith(_CHAT):
-        return json.loads(prompt[len(_CHAT) :])
-    return [{"role": "user", "content": prompt}]
-
-
-def from_chat(messages: list[dict]) -> str:
-    """The prompt string of a conversation (the inverse of :func:`as_chat`): a single user turn's text, else the
-    messages kept whole."""
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    return _CHAT + json.dumps([{"role": m["role"], "content": m["content"]} for m in messages], ensure_ascii=False)

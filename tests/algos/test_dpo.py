@@ -170,8 +170,8 @@ def test_simpo_margin_turns_trl_sigmoid_norm_into_simpo():
 def test_simpo_beta_and_gamma_come_from_the_algo_config_not_algo_beta(tmp_path):
     from ablate.algos.dpo import LossOptions, trl_args
     from ablate.algos.simpo import SimPOParams
-    from ablate.config import validate
     from ablate.errors import ConfigError
+    from ablate.validation import validate
     from tests.conftest import typed_config
 
     simpo = ("algo.loss_type=simpo", "algo.simpo_beta=2.5", "algo.simpo_gamma=1.25", "algo.beta=0.1")
@@ -193,7 +193,7 @@ def test_simpo_beta_and_gamma_come_from_the_algo_config_not_algo_beta(tmp_path):
 
 def test_sft_replay_and_l2_options_build_trl_losses_with_any_regime(tmp_path):
     from ablate.algos.dpo import LossOptions, trl_args
-    from ablate.config import validate
+    from ablate.validation import validate
     from tests.conftest import typed_config
 
     for ref in ("full", "none"):

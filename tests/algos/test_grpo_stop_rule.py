@@ -8,8 +8,8 @@ import torch
 from ablate.algos.grpo import build_trainer
 from ablate.models.loading import load_model
 from ablate.refs.full import FullRefConfig, FullReference
+from ablate.stop_rule import SENTENCE_END
 from ablate.tasks.reward import GoldReward
-from ablate.tasks.stop_rule import SENTENCE_END
 from tests.conftest import typed_config
 
 

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from ablate.algos import lean_head, trl_fence
+from ablate.algos import trl_fence
+from ablate.models import lean_head
 
 N, WIDTH, N_COLS = 37, 333, 301  # a tile is a view of the first N_COLS columns of a WIDTH-wide buffer, as TRL's
 VOCAB_START = 1000

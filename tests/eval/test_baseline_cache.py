@@ -12,10 +12,10 @@ from ablate.config import EvalConfig, TaskConfig
 from ablate.eval.baseline_cache import BASELINE_FILE, KIND
 from ablate.eval.evaluator import Evaluator
 from ablate.models.loading import load_model
+from ablate.stop_rule import RULE
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
 from ablate.tasks.safety import SafetyJudge
-from ablate.tasks.stop_rule import RULE
 from tests.conftest import tiny_evaluator
 
 CPU = torch.device("cpu")

@@ -182,7 +182,7 @@ def test_ref_path_with_another_tokenizer_is_refused_in_one_line_before_any_load(
 
 
 def test_ref_path_settings_are_checked_before_anything_loads(tmp_path):
-    from ablate.config import validate
+    from ablate.validation import validate
 
     for path, message in [
         (tmp_path / "nope", "no such folder"),
@@ -204,7 +204,7 @@ def test_fresh_samples_end_by_the_task_stop_rule(teacher, tok):
     from types import SimpleNamespace
 
     from ablate.refs.distill_data import fresh_sequences
-    from ablate.tasks.stop_rule import cut_completion
+    from ablate.stop_rule import cut_completion
 
     kw = dict(n_per_prompt=8, max_new_tokens=48, max_length=256, seed=0, precision="fp32")
     prompts = [p.prompt for p in PAIRS[:4]]

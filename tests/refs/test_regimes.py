@@ -261,8 +261,8 @@ def test_cached_key_changes_with_every_input(ref_ctx, tokenizer):
 def test_cached_miss_auto_is_settled_by_validate_not_at_run_time(tmp_path, ref_ctx):
     """``ref.miss=auto`` becomes error (DPO) or skip (online) when the config is validated; the regime never
     rewrites its own config, and refuses an unsettled ``auto``."""
-    from ablate.config import validate
     from ablate.errors import ConfigError
+    from ablate.validation import validate
     from tests.conftest import typed_config
 
     for algo, miss in (("dpo", "error"), ("grpo", "skip"), ("ppo", "skip")):

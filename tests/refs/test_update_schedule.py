@@ -7,11 +7,11 @@ import pytest
 from transformers import TrainerState
 
 from ablate.compose import compose
-from ablate.config import validate
 from ablate.errors import ConfigError
 from ablate.refs import regime_class
 from ablate.refs.ema import EmaRefConfig, EmaReference, updates_in
 from ablate.refs.snapshot import SnapshotReference
+from ablate.validation import validate
 
 
 def _validated(*overrides: str):

@@ -4,11 +4,11 @@ W&B sweep file is the one generated from it (no drift)."""
 import pytest
 import yaml
 
+from ablate import presets
 from ablate.cli import _job_overrides, preflight
 from ablate.paths import sweeps_dir
-from ablate.sweep import presets
 from ablate.sweep.wandb_file import render, wandb_sweep
-from ablate.sweep.workers import workers
+from ablate.workers import workers
 from tests.conftest import run_cli
 
 NAMES = sorted(presets.preset_files())

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from ablate import presets
 from ablate.errors import ConfigError
-from ablate.sweep import presets
 from ablate.sweep.__main__ import main
 from ablate.sweep.slurm_preview import render
 from tests.conftest import REPO

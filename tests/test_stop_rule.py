@@ -1,11 +1,11 @@
-"""The task's stop rule (ablate.tasks.stop_rule): a response ends after its n-th sentence, and only cuts."""
+"""The task's stop rule (ablate.stop_rule): a response ends after its n-th sentence, and only cuts."""
 
 from __future__ import annotations
 
 import torch
 
 from ablate.models.sampling import _assemble
-from ablate.tasks.stop_rule import cut_completion, sentence_cut
+from ablate.stop_rule import cut_completion, sentence_cut
 
 
 def _ids(tokenizer, text: str) -> list[int]:

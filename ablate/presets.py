@@ -27,9 +27,9 @@ def load(name: str) -> DictConfig:
         from ablate.errors import ConfigError
 
         raise ConfigError(f"unknown sweep {name!r} (choose from: {', '.join(files)})")
-    from ablate.sweep.lists import register_resolvers
+    from ablate.lists import register_resolvers
 
-    register_resolvers()  # a grid may read the registries' lists (ablate.sweep.lists)
+    register_resolvers()  # a grid may read the registries' lists (ablate.lists)
     return OmegaConf.load(files[name])
 
 

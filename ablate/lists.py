@@ -1,6 +1,6 @@
 """The lists of regimes and algorithms the sweep presets read, as OmegaConf resolvers, so that no preset copies
 them: ``ref: ${ablate_regimes:sweep}`` and ``algo: ${ablate_algos:}`` in ``hydra.sweeper.params`` (Hydra's basic
-sweeper resolves them when it builds the jobs; :func:`ablate.sweep.presets.grid` when the CLI checks them and
+sweeper resolves them when it builds the jobs; :func:`ablate.presets.grid` when the CLI checks them and
 when the W&B sweep files are generated).
 
     ${ablate_regimes:sweep}   every regime but the variants (ablate.refs.regime_names("sweep")), e.g. full,int8,...
