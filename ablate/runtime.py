@@ -18,13 +18,11 @@ def tune_allocator() -> bool:
     """Fix glibc malloc's mmap and trim thresholds at 32 MiB (:data:`THRESHOLD_BYTES`), from the start.
 
     glibc's default adapts both as blocks are freed (the mmap threshold up to 32 MiB, trimming at twice it), so
-    large blocks are mapped and unmapped, and the heap trimmed, step after step: measured on SmolLM2 (8 x 100
-    tokens, bf16 autocast, AdamW) a step took 3.9 s with 1.6 s of it in the kernel by default, and 3.1 s with
-    0.5 s with both thresholds at 1 GiB. At 1 GiB, though, every block below it (logits tiles, gradients,
-    optimiser state) comes from the heap, which fragments: the default job's peak resident memory crept from
-    5583 to 6186 MiB over 40 steps. At 32 MiB smaller blocks stay in the heap, larger ones are mapped and
-    returned whole, and at most 32 MiB of free heap top is kept: lower peaks, measured (its step time against
-    1 GiB was not measured when it was set). Returns whether both were set.
+    large blocks are mapped and unmapped, and the heap trimmed, step after step, which costs kernel time. Much higher
+    thresholds fix that but put every smaller block (logits tiles, gradients, optimiser state) on the heap, which
+    fragments and raises the peak. At 32 MiB smaller blocks stay in the heap, larger ones are mapped and returned
+    whole, and at most 32 MiB of free heap top is kept (what was measured: docs/measured.md). Returns whether both
+    were set.
     """
     if not sys.platform.startswith("linux"):
         return False

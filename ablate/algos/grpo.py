@@ -146,9 +146,8 @@ def replayable_epochs(sampler):
     """TRL's ``RepeatSampler`` with each epoch's prompt order a function of (seed, epoch).
 
     TRL draws every epoch's order from one generator seeded once, when the sampler is made, so a job resumed in
-    epoch e >= 1 starts a fresh generator and trains epoch e in epoch 0's order (found in a GRPO report job resumed
-    at step 32 of 40, the start of its second epoch: it matched an uninterrupted run to the last digit for 32 steps
-    and left it at step 33). ``set_epoch(e)``, which the HF Trainer calls before each epoch, resumed or not, reseeds
+    epoch e >= 1 starts a fresh generator and trains epoch e in epoch 0's order, leaving the uninterrupted run's
+    path (how it was found: docs/measured.md). ``set_epoch(e)``, which the HF Trainer calls before each epoch, resumed or not, reseeds
     the generator and draws the e orders before it: the order an uninterrupted run draws, so a run that was never
     interrupted is unchanged."""
     if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:

@@ -18,9 +18,8 @@ class AdapterConfig:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    # the adapter trains at algo.learning_rate times this: a LoRA run at full fine-tuning's rate barely moves.
-    # SmolLM2 default job (DPO, 40 steps, lr 5e-6; full fine-tuning: true KL 1.17 nats): x10 gives 0.14, x40 4.83
-    # (KL ~ multiplier^2.55); x20 measured 0.78, within 2x of full fine-tuning's (README, regimes table)
+    # the adapter trains at algo.learning_rate times this: a LoRA run at full fine-tuning's rate barely moves; 20
+    # brings the default job's true KL within 2x of full fine-tuning's (docs/measured.md, the shared regime)
     lr_multiplier: float = 20.0
 
     def __post_init__(self) -> None:
