@@ -47,7 +47,7 @@ class EvaluationCallback(RunCallback):
 
     def evaluate(self, step: int, final: bool = False) -> None:
         """One evaluation; ``final``: at the final evaluation's size (eval.samples_per_prompt)."""
-        res = self.evaluator.evaluate(self.policy(), self.reference, step, final=final)
+        res = self.evaluator.evaluate(self.policy(), self.reference, step, final=final, trainer=self.trainer)
         res.metrics = schema.complete(res.metrics)  # derived metrics of the schema, logged like the others
         metrics = {**res.metrics, **cost_metrics(self.reference, step)}
         self.folder.log_metrics(step, metrics)

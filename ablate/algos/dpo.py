@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ablate.algos import registry, trl_fence
+from ablate.algos import loss_probe, registry, trl_fence
 from ablate.algos.l2_init import L2ToInit
 from ablate.algos.simpo import SimPOParams, margin_reference
 from ablate.algos.trl_common import common_args
@@ -64,16 +64,35 @@ def _dpo_trainer_cls():
             self.l2_init = L2ToInit(loss.l2_init, self.model) if loss.l2_init > 0 else None
             self.loss_extra_bytes = self.l2_init.nbytes if self.l2_init is not None else 0
 
+        reference_use = loss_probe.SEQUENCE_MARGIN
+
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """The regime's summed reference log-probs of the chosen and rejected responses (plus SimPO's
             margin under ``algo.loss_type=simpo``)."""
-            batch = TokenBatch(inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"])
-            ref_chosen, ref_rejected = self.reference.sequence_logprobs(batch).chunk(2, dim=0)
+            return self.reference_slot(_tokens(inputs), self.reference.sequence_logprobs(_tokens(inputs)))
+
+        def reference_slot(self, batch: TokenBatch, ref_sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """What TRL's loss reads as the reference of the chosen and the rejected responses, from the [B] summed
+            reference log-probs of the batch's rows ([chosen; rejected]): those, plus SimPO's margin."""
+            ref_chosen, ref_rejected = ref_sums.chunk(2, dim=0)
             if self.simpo is not None:
                 margin_chosen, margin_rejected = margin_reference(batch.completion_mask, self.simpo)
                 ref_chosen = ref_chosen + margin_chosen.to(ref_chosen)
                 ref_rejected = ref_rejected + margin_rejected.to(ref_rejected)
             return ref_chosen, ref_rejected
+
+        def first_batch(self, probe=None) -> loss_probe.FirstBatch:
+            """The pairs of the first optimiser step, as the training loop draws them (:mod:`~ablate.algos.loss_probe`)."""
+            inputs = loss_probe.first_train_batch(self)
+            return loss_probe.FirstBatch(_tokens(inputs), inputs)
+
+        def batch_loss(self, first: loss_probe.FirstBatch, ref_logps: torch.Tensor) -> torch.Tensor:
+            """The loss TRL optimises on ``first`` with ``ref_logps`` ([B, T-1]) as the reference's log-probs."""
+            chosen, rejected = self.reference_slot(first.tokens, ref_logps.sum(dim=1))
+            with loss_probe.untracked(self), self.compute_loss_context_manager():
+                return self.compute_loss(
+                    self.model, {**first.inputs, "ref_chosen_logps": chosen, "ref_rejected_logps": rejected}
+                )
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             out = super().compute_loss(
@@ -89,6 +108,11 @@ def _dpo_trainer_cls():
             return (out[0] + extra, out[1]) if return_outputs else out + extra
 
     return RegimeDPOTrainer
+
+
+def _tokens(inputs) -> TokenBatch:
+    """The token rows of a collated DPO batch ([chosen; rejected])."""
+    return TokenBatch(inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"])
 
 
 def check_loss_args(args, loss: LossOptions) -> None:

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import torch
 from tqdm.auto import tqdm
 
-from ablate.algos import registry
+from ablate.algos import loss_probe, registry
 from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, zero_gradient_warning
 from ablate.algos.ppo_math import gae, masked_mean, masked_whiten, policy_loss, token_rewards, value_loss
@@ -113,8 +113,8 @@ class PPOTrainer:
         values = self.value_head(out.hidden_states[-1][:, :-1])
         return logp, values
 
-    @torch.no_grad()
-    def rollout(self, step: int) -> dict:
+    def _sample(self, step: int) -> SampledBatch:
+        """The rollout of ``step``: one response per prompt of the step, seeded by the step."""
         (sb,) = sample(
             self.model,
             self.tok,
@@ -126,14 +126,28 @@ class PPOTrainer:
             precision=self.precision,
             max_sentences=self.cfg.task.max_sentences,
         )
+        return sb
+
+    @torch.no_grad()
+    def rollout(self, step: int) -> dict:
+        sb = self._sample(step)
+        batch = sb.batch.to(self.device)
+        raw = self.reference.logprobs(batch) if self.reference.has_reference else None
+        return self._scored(sb, raw)
+
+    @torch.no_grad()
+    def _scored(self, sb: SampledBatch, raw: torch.Tensor | None) -> dict:
+        """A rollout's training data from its samples and the reference's log-probs of them (``raw``; NaN rows:
+        no reference term; None: no reference)."""
         batch = sb.batch.to(self.device)
         mask = batch.target_mask.float()
         scores = torch.tensor(self.score_fn(sb), dtype=torch.float32, device=self.device)
+        was_training = self.model.training
         self.model.eval()
         old_logp, old_values = self._forward(batch)
-        self.model.train()
-        if self.reference.has_reference:  # rows it has no term for (NaN) become old_logp: zero KL and penalty
-            raw = self.reference.logprobs(batch).to(old_logp.dtype)  # NaN rows: kept for the loss placement
+        self.model.train(was_training)
+        if raw is not None:  # rows it has no term for (NaN) become old_logp: zero KL and penalty
+            raw = raw.to(old_logp.dtype)  # NaN rows: kept for the loss placement
             ref_logp = fill_uncovered(raw, old_logp)
         else:
             raw = ref_logp = old_logp  # no reference: zero KL, and beta is 0 anyway
@@ -157,45 +171,55 @@ class PPOTrainer:
             gold=gold,
         )
 
-    def optimise(self, data: dict) -> dict[str, float]:
-        stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "vf_loss": [], "clipfrac": [], "vf_clipfrac": []}
-        kl_in_loss = self.placement == "loss" and self.beta != 0.0
-        if kl_in_loss:
-            stats["kl_loss"] = []
-        n = data["batch"].input_ids.shape[0]
+    def _minibatches(self) -> list[torch.Tensor]:
+        """The rows of each optimiser step of this rollout, in order (``ppo_epochs`` passes, seeded by the step)."""
+        n, size = self.algo.batch_size, self.algo.minibatch_size
         g = torch.Generator().manual_seed(self.cfg.seed + self.state.global_step)
-        for _ in range(self.algo.ppo_epochs):
-            perm = torch.randperm(n, generator=g)
-            for start in range(0, n, self.algo.minibatch_size):
-                idx = perm[start : start + self.algo.minibatch_size].to(self.device)
-                b = data["batch"]
-                mb = TokenBatch(b.input_ids[idx], b.attention_mask[idx], b.completion_mask[idx])
-                logp, values = self._forward(mb)
-                m = data["mask"][idx]
-                pg, clipfrac = policy_loss(logp, data["old_logp"][idx], data["adv"][idx], m, self.algo.cliprange)
-                vf, vf_clipfrac = value_loss(
-                    values, data["old_values"][idx], data["returns"][idx], m, self.algo.cliprange_value
-                )
-                loss = pg + self.algo.vf_coef * vf
-                if kl_in_loss:
-                    kl_loss = self._kl_loss(logp, data, idx, m)
-                    loss = loss + self.beta * kl_loss
-                    stats["kl_loss"].append(float(kl_loss.detach()))
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(
-                    [p for grp in self.optimizer.param_groups for p in grp["params"]], self.algo.max_grad_norm
-                )
-                self.optimizer.step()
-                for k, v in (
-                    ("loss", loss),
-                    ("pg_loss", pg),
-                    ("vf_loss", vf),
-                    ("clipfrac", clipfrac),
-                    ("vf_clipfrac", vf_clipfrac),
-                ):
-                    stats[k].append(float(v.detach()))
+        perms = [torch.randperm(n, generator=g) for _ in range(self.algo.ppo_epochs)]
+        return [perm[start : start + size].to(self.device) for perm in perms for start in range(0, n, size)]
+
+    def minibatch_loss(self, data: dict, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss one optimiser step minimises on rows ``idx`` of a rollout, and its parts."""
+        b = data["batch"]
+        logp, values = self._forward(TokenBatch(b.input_ids[idx], b.attention_mask[idx], b.completion_mask[idx]))
+        m = data["mask"][idx]
+        pg, clipfrac = policy_loss(logp, data["old_logp"][idx], data["adv"][idx], m, self.algo.cliprange)
+        vf, vf_clipfrac = value_loss(
+            values, data["old_values"][idx], data["returns"][idx], m, self.algo.cliprange_value
+        )
+        loss = pg + self.algo.vf_coef * vf
+        parts = {"pg_loss": pg, "vf_loss": vf, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac}
+        if self.placement == "loss" and self.beta != 0.0:
+            parts["kl_loss"] = self._kl_loss(logp, data, idx, m)
+            loss = loss + self.beta * parts["kl_loss"]
+        return loss, parts
+
+    def optimise(self, data: dict) -> dict[str, float]:
+        stats: dict[str, list[float]] = {}
+        for idx in self._minibatches():
+            loss, parts = self.minibatch_loss(data, idx)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(
+                [p for grp in self.optimizer.param_groups for p in grp["params"]], self.algo.max_grad_norm
+            )
+            self.optimizer.step()
+            for k, v in {"loss": loss, **parts}.items():
+                stats.setdefault(k, []).append(float(v.detach()))
         return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    # ---------------------------------------------------------- the fidelity audit's (ablate.algos.loss_probe)
+    reference_use = loss_probe.TOKEN_PENALTY
+
+    def first_batch(self, probe=None) -> loss_probe.FirstBatch:
+        """The first step's rollout (the same samples: each step's are seeded by the step)."""
+        sb = self._sample(1)
+        return loss_probe.FirstBatch(sb.batch, sb)
+
+    def batch_loss(self, first: loss_probe.FirstBatch, ref_logps: torch.Tensor) -> torch.Tensor:
+        """The loss of the first optimiser step on ``first``'s rollout scored with ``ref_logps`` as the reference."""
+        data = self._scored(first.inputs, ref_logps if self.reference.has_reference else None)
+        return self.minibatch_loss(data, self._minibatches()[0])[0]
 
     def _kl_loss(self, logp: torch.Tensor, data: dict, idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The loss placement's term (before beta): the token mean of the estimator, differentiated through the

@@ -152,9 +152,12 @@ def problems(contract: tuple[Expect, ...] = CONTRACT) -> list[str]:
     return found
 
 
-def check(contract: tuple[Expect, ...] = CONTRACT) -> None:
-    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on."""
-    found = problems(contract)
+def check(contract: tuple[Expect, ...] | None = None) -> None:
+    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on (with the
+    fidelity audit's reads, :mod:`ablate.algos.loss_probe`)."""
+    from ablate.algos import loss_probe
+
+    found = problems(CONTRACT + loss_probe.contract() if contract is None else contract)
     if found:
         raise MissingAsset(
             f"trl {_trl_version()} is incompatible with ablate (checked with trl=={', '.join(CHECKED_WITH)}): "

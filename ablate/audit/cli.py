@@ -10,6 +10,7 @@ loads. Progress goes to stderr; the report to stdout and ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shlex
 import sys
@@ -154,7 +155,7 @@ def settings(cfg, inputs, data_label: str, batches: list, n_fresh: int) -> dict:
     }
 
 
-def run(args, command: str) -> int:
+def run(args, command: str, report_to=None) -> int:
     """The audit of every regime the command line lists; bad input raises an AblateError (one line)."""
     import torch
 
@@ -183,7 +184,7 @@ def run(args, command: str) -> int:
     info = settings(base, inputs, label, batches, min(args.n_prompts, len(prompts)))
     info["elapsed_s"] = round(time.perf_counter() - t0, 1)
     text = table.report(command, info, rows)
-    print(text, end="")
+    print(text, end="", file=report_to)
     paths = table.write(out, command, info, rows, text)
     print(f"ablate.audit: wrote {', '.join(map(str, paths))}", file=sys.stderr)
     return 0
@@ -200,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     command = " ".join(["python -m ablate.audit", *map(shlex.quote, argv)])
     try:
-        return run(parser().parse_intermixed_args(argv), command)
+        report_to = sys.stdout  # the report's alone: what libraries print on import goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            return run(parser().parse_intermixed_args(argv), command, report_to)
     except AblateError as e:
         print(f"ablate.audit: error: {e}", file=sys.stderr)
         return 2

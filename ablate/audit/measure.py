@@ -24,11 +24,14 @@ import gc
 import logging
 import math
 import statistics
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from ablate.algos import loss_probe
 from ablate.audit.checks import check_regime_vocab, config_vocab
 from ablate.config import DPOConfig, GRPOAlgoConfig
 from ablate.eval import kl as klm
@@ -82,6 +85,15 @@ class Bench:
     fresh: list[SampledBatch]
     eval_precision: str
     vocab: int | None
+    trainers: dict = field(default_factory=dict)  # algorithm -> its trainer (trainer_for)
+    heads: dict = field(default_factory=dict)  # algorithm -> the policy's forward as its trainer installed it
+    _scratch: tempfile.TemporaryDirectory | None = None
+
+    def scratch(self) -> str:
+        """A folder for the trainers' output, removed when the bench is."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="ablate-audit-")
+        return self._scratch.name
 
     @property
     def judge(self) -> torch.nn.Module:
@@ -126,6 +138,35 @@ def build_regime(cfg, bench: Bench) -> tuple[Reference, float]:
     reference = regime_class(cfg.ref.name)(cfg.ref, ctx)
     prepare_from_pairs(reference, inputs.tokenizer, bench.pairs)
     return reference, time.perf_counter() - t0
+
+
+def trainer_for(cfg, bench: Bench, probe: FidelityProbe, reference: Reference):
+    """The trainer a run of ``probe``'s algorithm would build on the bench's policy and data, its regime set to
+    ``reference``: the fidelity audit differentiates its own loss (:mod:`ablate.algos.loss_probe`). Built once per
+    algorithm (in a scratch folder, removed with the bench), as a run builds one, and given each regime in turn."""
+    from ablate.algos.registry import algorithm
+
+    name = probe.algo.name
+    if name not in bench.trainers:
+        inputs, out = bench.inputs, bench.scratch()
+        bench.trainers[name] = algorithm(name).build(
+            cfg=dataclasses.replace(cfg, algo=probe.algo, out_dir=out),
+            policy=bench.policy,
+            tokenizer=inputs.tokenizer,
+            pairs=bench.pairs,
+            prompts=probe.prompts or inputs.prompts["train"],
+            reward=inputs.reward,
+            proxy=None,
+            reference=reference,
+            callbacks=[],
+            out_dir=Path(out),
+            device=inputs.device,
+        )
+        bench.heads[name] = loss_probe.installed_head(bench.policy)
+    loss_probe.install_head(bench.policy, bench.heads[name])  # each trainer puts its own fused head on the policy
+    trainer = bench.trainers[name]
+    trainer.reference = reference
+    return trainer
 
 
 def _take(row: dict, why: dict, metrics: dict, reasons: dict, keys, grad_key: str) -> None:
@@ -179,9 +220,15 @@ def measure_regime(cfg, bench: Bench) -> dict:
     check_regime_vocab(reference, bench.vocab)
     row, why = {"regime": name}, {}
     log.info("audit: ref=%s: DPO figures on %d pair batches", name, len(bench.dpo.pair_batches))
-    _take(row, why, *bench.dpo.measure(bench.policy, reference), DPO_KEYS, "dpo_grad_cos")
+
+    # a regime without a reference has nothing to audit, and no trainer (the trainers' beta is their first regime's)
+    audited = reference.has_reference
+    dpo = trainer_for(cfg, bench, bench.dpo, reference) if audited else None
+    _take(row, why, *bench.dpo.measure(bench.policy, reference, trainer=dpo), DPO_KEYS, "dpo_grad_cos")
     log.info("audit: ref=%s: %s penalty figures on fresh samples", name, bench.online.algo.name)
-    _take(row, why, *bench.online.measure(bench.policy, reference, bench.fresh), ONLINE_KEYS, "online_grad_cos")
+    online = trainer_for(cfg, bench, bench.online, reference) if audited else None
+    figures = bench.online.measure(bench.policy, reference, bench.fresh, trainer=online)
+    _take(row, why, *figures, ONLINE_KEYS, "online_grad_cos")
     row["stand_in_kl"], reason = stand_in_kl(reference, bench)
     if reason:
         why["stand_in_kl"] = reason

@@ -281,18 +281,19 @@ class Evaluator:
         del pol, judge, stand_in
         audit.add(terms, mask, terms.stand_in_logp if from_stand_in else regime_logp, sb.lengths, sb.truncated)
 
-    def _fidelity(self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit) -> dict:
+    def _fidelity(
+        self, policy, reference: Reference, fresh: list[SampledBatch], step: int, final: bool, audit, trainer
+    ):
         """The fidelity audit's ``kl/*`` metrics (:mod:`ablate.eval.fidelity`) at step 0 and at the final evaluation
-        (none in between); its NaN reasons go with the evaluation's. Measured by rank 0 on every process's
-        ``fresh`` samples."""
+        (none in between); its NaN reasons go with the evaluation's. Every process measures (the trainer's loss
+        gathers its metrics across them), on every process's ``fresh`` samples; rank 0's figures are kept."""
         if not (step == 0 or final):
             return {}
         if self.fidelity is None:
             audit.reasons.update(dict.fromkeys(fid.KEYS, "not measured (eval.fidelity=false)"))
             return {fid.logged_name(k): float("nan") for k in fid.KEYS}
         fresh = [sb for part in distributed.gather(fresh) for sb in part]
-        measured = self.fidelity.measure(policy, reference, fresh) if distributed.is_main() else None
-        metrics, why = distributed.broadcast(measured)
+        metrics, why = distributed.broadcast(self.fidelity.measure(policy, reference, fresh, trainer))
         audit.reasons.update(why)
         return metrics
 
@@ -314,9 +315,9 @@ class Evaluator:
         audit.approx_logp, audit.judge_logp = rows.pop("approx_logp"), rows.pop("judge_logp")
         return rows
 
-    def evaluate(self, policy, reference: Reference, step: int, final: bool = True) -> EvalResult:
+    def evaluate(self, policy, reference: Reference, step: int, final: bool = True, trainer=None) -> EvalResult:
         """Sample the policy (:meth:`samples_per_prompt` of ``final``), audit it and score it against the SFT
-        baseline drawn with the same keys."""
+        baseline drawn with the same keys. ``trainer``: the run's, whose loss the fidelity audit differentiates."""
         k = self.samples_per_prompt(final)
         sft = self.sft_baseline(k)
         prompts = self._expanded(k)
@@ -340,7 +341,7 @@ class Evaluator:
             clock.lap("KL audit")
             ppl = self.perplexity(policy)
             clock.lap("perplexity")
-            fidelity = self._fidelity(policy, reference, chunks, step, final, audit)
+            fidelity = self._fidelity(policy, reference, chunks, step, final, audit, trainer)
             clock.lap("fidelity")
         finally:
             policy.train(was_training)

@@ -5,17 +5,18 @@ those numbers (``kl/*`` logged, summary keys without the prefix):
 
 - DPO, on its training pairs: the reference's sequence log-prob margin ``log ref(y_w) - log ref(y_l)``; its
   error against the truth, ``margin_err_mean`` (signed), ``margin_err_sd``, ``margin_err_max`` (largest |error|);
-  ``dpo_loss``, the DPO loss of the first batch under the regime (``ln 2`` at step 0 when the regime is exact).
+  ``dpo_loss``, the trainer's loss on its first batch under the regime (``ln 2`` at step 0 when the regime is exact
+  and the loss is the plain sigmoid one).
 - GRPO and PPO, on fresh policy samples (the evaluation's): the per-token KL penalty with the run's estimator
   (k1, k2 = l^2 / 2 or k3), ``kl(log pi, log ref)``, and its error against the same penalty with the true reference,
   ``kl_penalty_err_mean`` and ``kl_penalty_err_sd`` (over tokens). The value is the same whichever the placement
   (in the loss, TRL's k3 times an importance ratio that is 1 at the sampling policy); what the placement changes is
   the gradient, which ``grad_cos`` follows (with k1 in the loss the reference leaves the gradient untouched). A row
   the regime has no term for (``ref=cached``, ``miss=skip``) enters as training uses it: a zero penalty.
-- Every algorithm: ``grad_cos``, the cosine between the gradient of the first batch's loss under the regime and under
-  the true reference (same batch, same weights; :mod:`ablate.algos.first_step_losses`). DPO's first batch is its
-  first ``algo.batch_size`` training pairs; GRPO's and PPO's a batch of fresh samples of the first training prompts,
-  drawn as the trainer draws them (coupled, in the training precision), scored by the gold reward.
+- Every algorithm: ``grad_cos``, the cosine between the gradients of the trainer's own loss on its first batch under
+  the regime and under the true reference (same batch, same weights). The trainer says which of the above its loss
+  reads, gives its first batch and computes its loss (:mod:`ablate.algos.loss_probe`): DPO's first batch is the
+  one its data loader yields first; GRPO's and PPO's fresh rollouts of their first prompts, drawn as they draw them.
 
 **The truth** is the full reference in fp32: the judge's log-probs through the same fused head training uses, in
 fp32 (float64 from there on). The regime's values are what training receives (in the policy's precision,
@@ -30,11 +31,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ablate.algos import first_step_losses as losses
+from ablate.algos import loss_probe
 from ablate.algos.kl_estimators import kl_penalty
 from ablate.models.logprobs import add_logprob_head, response_labels, token_logprobs
 from ablate.models.precision import autocast, unwrapped_forward
-from ablate.models.sampling import SampledBatch, sample
+from ablate.models.sampling import SampledBatch
 from ablate.refs.base import Reference, TokenBatch, fill_uncovered
 
 NAN = float("nan")
@@ -72,28 +73,28 @@ class FidelityProbe:
         return reference.training_logprobs(batch.to(self.device)).double()
 
     # -------------------------------------------------------------------------------------------- measures
-    def measure(self, policy, reference: Reference, fresh: list[SampledBatch] = ()) -> tuple[dict, dict]:
+    def measure(self, policy, reference: Reference, fresh: list[SampledBatch] = (), trainer=None) -> tuple[dict, dict]:
         """``kl/*`` fidelity metrics (NaN where undefined) and why each NaN is NaN. ``fresh``: the evaluation's
-        policy samples, for the per-token penalty of GRPO and PPO."""
+        policy samples, for the per-token penalty; ``trainer``: the run's trainer, whose own loss on its first
+        batch gives ``grad_cos`` (and ``dpo_loss``) (:mod:`ablate.algos.loss_probe`)."""
         out, why = dict.fromkeys(KEYS, NAN), {}
         if not reference.has_reference:
             why.update(dict.fromkeys(KEYS, f"ref={reference.name} trains without a reference: nothing to audit"))
             return _logged(out), why
-        dpo = self.algo.name == "dpo"
-        if dpo:
-            why.update(dict.fromkeys(PENALTY_KEYS, "DPO consumes no per-token KL penalty"))
-            if self.algo.loss_type != "sigmoid":
-                why.update(dict.fromkeys(("dpo_loss", "grad_cos"), "audited for algo.loss_type=sigmoid only"))
+        margin = trainer is None or trainer.reference_use == loss_probe.SEQUENCE_MARGIN
+        if margin:
+            why.update(dict.fromkeys(PENALTY_KEYS, f"{self.algo.name}'s loss reads no per-token KL penalty"))
         else:
             why.update(dict.fromkeys(MARGIN_KEYS[:3], f"{self.algo.name} consumes no reference margin"))
             why["dpo_loss"] = f"{self.algo.name} does not train on the DPO loss"
+        if trainer is None:
+            why.update(dict.fromkeys(("dpo_loss", "grad_cos"), "no trainer to compute the loss with"))
         try:
-            if dpo:
-                out.update(self.margin_errors(reference))
-                out.update(self.dpo_first_batch(policy, reference))
-            else:
-                out.update(self.penalty_errors(policy, reference, fresh))
-                out["grad_cos"] = self.online_grad_cos(policy, reference)
+            out.update(self.margin_errors(reference) if margin else self.penalty_errors(policy, reference, fresh))
+            if trainer is not None:
+                value, out["grad_cos"] = self.first_batch_loss(policy, trainer, reference)
+                if margin:
+                    out["dpo_loss"] = value
         except (NotImplementedError, RuntimeError) as e:  # e.g. ref=cached, miss=error, on fresh samples
             why.update({k: str(e) for k, v in out.items() if math.isnan(v)})
         for k, v in out.items():
@@ -114,24 +115,6 @@ class FidelityProbe:
             "margin_err_max": float(err.abs().max()),
         }
 
-    def dpo_first_batch(self, policy, reference: Reference) -> dict[str, float]:
-        """The DPO loss of the first batch under the regime, and its gradient's cosine with the exact one's."""
-        if self.algo.loss_type != "sigmoid":
-            return {}
-        batch = self.pair_batches[0].to(self.device)
-        ref_w, ref_l = self.regime(reference, batch).sum(1).chunk(2)
-        true_w, true_l = self.truth(batch).sum(1).chunk(2)
-
-        def loss(rw, rl):
-            def f():
-                pol_w, pol_l = _policy_logprobs(policy, batch, self.precision).double().sum(1).chunk(2)
-                return losses.dpo_sigmoid_loss(pol_w, pol_l, rw, rl, self.algo.beta)
-
-            return f
-
-        value, cos = _grad_cos(policy, loss(ref_w, ref_l), loss(true_w, true_l))
-        return {"dpo_loss": value, "grad_cos": cos}
-
     def penalty_errors(self, policy, reference: Reference, fresh: list[SampledBatch]) -> dict[str, float]:
         """Per-token penalty error over the fresh samples' response tokens (the policy's log-probs as training
         computes them, the same in both penalties)."""
@@ -149,51 +132,14 @@ class FidelityProbe:
         e = torch.cat(errs)
         return {"kl_penalty_err_mean": float(e.mean()), "kl_penalty_err_sd": float(e.std()) if e.numel() > 1 else NAN}
 
-    def first_online_batch(self, policy) -> tuple[TokenBatch, torch.Tensor]:
-        """GRPO's or PPO's first batch: fresh samples of the first training prompts (GRPO: ``batch_size /
-        num_generations`` prompts, ``num_generations`` each; PPO: ``batch_size`` prompts, one each), and their
-        gold rewards."""
-        a = self.algo
-        k = getattr(a, "num_generations", 1)
-        prompts = self.prompts[: a.batch_size // k]
-        with unwrapped_forward(policy):
-            (sb,) = sample(
-                policy,
-                self.tokenizer,
-                prompts,
-                max_new_tokens=self.max_new_tokens,
-                temperature=1.0,
-                batch_size=len(prompts) * k,
-                seed=self.seed,
-                precision=self.precision,
-                n_per_prompt=k,
-                max_sentences=self.max_sentences,
-            )
-        return sb.batch.to(self.device), torch.tensor(
-            self.reward(sb.texts, sb.prompts), dtype=torch.float64, device=self.device
-        )
-
-    def online_grad_cos(self, policy, reference: Reference) -> float:
-        """The cosine between GRPO's (or PPO's) first-step policy-loss gradients under the regime and the truth."""
-        batch, rewards = self.first_online_batch(policy)
-        mask = batch.target_mask.double()
-        a = self.algo
-
-        def loss(ref):
-            def f():  # the regime's rows without a reference term (NaN) get none, as in training
-                lp = _policy_logprobs(policy, batch, self.precision).double()
-                kl = dict(beta=a.beta, estimator=a.kl_estimator, placement=a.placement())
-                if a.name == "grpo":
-                    return losses.grpo_loss(lp, ref, mask, rewards, group_size=a.num_generations, **kl)
-                return losses.ppo_policy_loss(
-                    lp, ref, mask, rewards, gamma=a.gamma, lam=a.lam, whiten=a.whiten_advantages,
-                    cliprange=a.cliprange, **kl,
-                )  # fmt: skip
-
-            return f
-
-        _, cos = _grad_cos(policy, loss(self.regime(reference, batch)), loss(self.truth(batch)))
-        return cos
+    def first_batch_loss(self, policy, trainer, reference: Reference) -> tuple[float, float]:
+        """The trainer's own loss on its first batch with the regime's reference log-probs (as training receives
+        them) and the cosine of its gradient with the loss's gradient under the truth (same batch, same weights)."""
+        first = trainer.first_batch(self)
+        tokens = first.tokens.to(self.device)
+        regime = reference.training_logprobs(tokens)
+        truth = self.truth(tokens).to(regime.dtype)
+        return _grad_cos(policy, lambda: trainer.batch_loss(first, regime), lambda: trainer.batch_loss(first, truth))
 
 
 def probe_for(cfg, inputs, *, algo, pair_batches=None, prompts=None) -> FidelityProbe:

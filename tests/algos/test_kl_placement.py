@@ -211,43 +211,6 @@ def test_ppo_k2_in_the_loss(tmp_path, tiny_source, tokenizer, ref_ctx):
     assert "kl_loss" not in trainers["none"].optimise(data["none"])  # beta = 0: no term
 
 
-# ------------------------------------------------------------------------- the fidelity audit's first-step losses
-def _first_step_grad(loss_fn, ref):
-    g = torch.Generator().manual_seed(1)
-    logp = (-torch.rand(4, 3, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
-    mask, rewards = torch.ones(4, 3, dtype=torch.float64), torch.tensor([1.0, 0.2, -0.5, 0.7], dtype=torch.float64)
-    return _grad(loss_fn(logp, ref, mask, rewards), logp)
-
-
-def _first_step_losses(placement, estimator, beta=BETA):
-    from ablate.algos import first_step_losses as losses
-
-    kl = dict(beta=beta, estimator=estimator, placement=placement)
-    ppo = dict(gamma=1.0, lam=0.95, whiten=True, cliprange=0.2)
-    return {
-        "grpo": lambda lp, ref, m, r: losses.grpo_loss(lp, ref, m, r, group_size=2, **kl),
-        "ppo": lambda lp, ref, m, r: losses.ppo_policy_loss(lp, ref, m, r, **ppo, **kl),
-    }
-
-
-def test_the_audited_first_step_losses_follow_the_placement():
-    """What ``grad_cos`` differentiates: with k1 in the loss the reference never reaches the gradient (so any regime's
-    cosine is 1); in the reward, or with k2 in the loss, it does; a row without a reference term (NaN) gets none."""
-    g = torch.Generator().manual_seed(2)
-    ref_a, ref_b = (-torch.rand(4, 3, generator=g, dtype=torch.float64) * 3 for _ in range(2))
-    uncovered = ref_a.clone()
-    uncovered[1] = float("nan")
-    for algo in ("grpo", "ppo"):
-        k1_loss = _first_step_losses("loss", "k1")[algo]
-        assert torch.equal(_first_step_grad(k1_loss, ref_a), _first_step_grad(k1_loss, ref_b)), algo
-        for placement, est in (("reward", "k1"), ("loss", "k2"), ("reward", "k3"), ("loss", "k3")):
-            f = _first_step_losses(placement, est)[algo]
-            assert not torch.allclose(_first_step_grad(f, ref_a), _first_step_grad(f, ref_b)), (algo, placement, est)
-        policy_only = _first_step_losses("loss", "k1", beta=0.0)[algo]
-        with_nan, without = _first_step_grad(k1_loss, uncovered), _first_step_grad(policy_only, ref_a)
-        assert torch.allclose(with_nan[1], without[1]) and not torch.allclose(with_nan[0], without[0]), algo
-
-
 # ---------------------------------------------------------------------------------------------------- a run
 def test_a_run_with_k1_in_the_loss_says_so_at_start_and_in_its_summary(tmp_path):
     """The one-line warning before training, and ``kl_zero_gradient_ablation`` in summary.json."""

@@ -5,11 +5,11 @@ int8 does not; a user's JSONL is audited in place of the task's pairs; overrides
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from ablate.audit.cli import main, regime_overrides, split_regimes
+from tests.eval.test_fidelity import LN2_FP32
 
 FAST = ["model=tiny", "model.precision=fp32", "task.max_new_tokens=8", "--n-prompts", "2"]
 
@@ -32,7 +32,7 @@ def test_full_and_int8_on_the_task_pairs(tmp_path, capsys):
     rows = _load(out)
     full, int8 = rows["full"], rows["int8"]
     assert full["margin_err_mean"] == full["margin_err_sd"] == full["margin_err_max"] == 0.0
-    assert full["dpo_grad_cos"] == 1.0 and full["dpo_loss"] == math.log(2)
+    assert full["dpo_grad_cos"] == 1.0 and full["dpo_loss"] == LN2_FP32  # TRL's loss, in fp32
     assert full["kl_penalty_err_mean"] == 0.0 and full["online_grad_cos"] == 1.0 and full["stand_in_kl"] == 0.0
     assert int8["margin_err_max"] > 0 and int8["stand_in_kl"] > 0 and int8["bytes_held"] < full["bytes_held"]
     assert all(r["logprobs_s"] > 0 and r["setup_s"] >= 0 for r in (full, int8))
@@ -56,7 +56,7 @@ def test_a_users_jsonl(tmp_path, capsys):
     rows = _load(tmp_path / "o")
     assert rows["_settings"]["data"].startswith(f"{data}: 3 pairs in 1 DPO batches")
     cached = rows["cached"]  # built from these pairs, as DPO batches them: exact for DPO
-    assert cached["margin_err_max"] == 0.0 and cached["dpo_grad_cos"] == 1.0 and cached["dpo_loss"] == math.log(2)
+    assert cached["margin_err_max"] == 0.0 and cached["dpo_grad_cos"] == 1.0 and cached["dpo_loss"] == LN2_FP32
     assert cached["kl_penalty_err_mean"] is None and "not in the cache" in cached["nan_reasons"]["kl_penalty_err_mean"]
     assert cached["stand_in_kl"] is None and "no next-token distribution" in cached["nan_reasons"]["stand_in_kl"]
 
