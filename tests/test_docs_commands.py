@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-ARGPARSE_TOOLS = ("analysis", "ablate.sweep", "ablate.status", "ablate.tasks", "ablate.tracking.metrics_doc")
+ARGPARSE_TOOLS = ("analysis", "ablate.sweep", "ablate.status", "ablate.tasks", "ablate.metrics_doc")
 SCRIPTS = ("scripts/setup.sh", ".ci/run")
 OTHER_PROGRAMS = ("wandb", "hf")  # not ours: documented, not checked
 

@@ -41,7 +41,7 @@ _RegimeRef = trl_fence.RegimeRefSlot  # where TRL keeps its reference model (tes
 
 
 def _grpo_trainer_cls():
-    class RegimeGRPOTrainer(trl_fence.grpo_base()):
+    class RegimeGRPOTrainer(_LossProbe, trl_fence.grpo_base()):
         def __init__(
             self,
             *args,
@@ -129,40 +129,6 @@ def _grpo_trainer_cls():
                 self._record_penalty(policy_logps, logps.to(policy_logps.dtype), completion[:, -logits_to_keep:])
             return logps
 
-        # ------------------------------------------------------ the fidelity audit's (ablate.algos.loss_probe)
-        reference_use = loss_probe.TOKEN_PENALTY
-
-        def first_batch(self, probe) -> loss_probe.FirstBatch:
-            """Rollouts of the first step's prompts, drawn by TRL as it draws them (seeded by the probe)."""
-            rows = loss_probe.first_train_batch(self)
-            inputs = self._scored(rows, probe.seed, _Answers(self.reference.training_logprobs))
-            prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
-            tokens = TokenBatch(
-                torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-                torch.cat([prompt, completion], 1),
-                torch.cat([torch.zeros_like(prompt), completion], 1),
-            )
-            return loss_probe.FirstBatch(tokens, (rows, probe.seed))
-
-        def batch_loss(self, first: loss_probe.FirstBatch, ref_logps: torch.Tensor) -> torch.Tensor:
-            """TRL's loss on ``first``'s rollouts, scored again (the same samples) with ``ref_logps`` as the
-            reference: its KL term, or under the reward placement its penalties and so the advantages."""
-            rows, seed = first.inputs
-            inputs = self._scored(rows, seed, _Answers(lambda batch: ref_logps))
-            with loss_probe.untracked(self), self.compute_loss_context_manager():
-                return self.compute_loss(self.model, inputs)
-
-        def _scored(self, rows: list, seed: int, reference) -> dict:
-            """TRL's generated and scored batch for ``rows`` with ``reference`` answering its reference call, with
-            the random state forked and seeded (the same samples every time), leaving no trace in the logs."""
-            saved, self.reference = self.reference, reference
-            try:
-                with torch.random.fork_rng(devices=[]), loss_probe.untracked(self):
-                    torch.manual_seed(seed)
-                    return self._generate_and_score_completions(rows)
-            finally:
-                self.reference = saved
-
         def _get_train_sampler(self, dataset=None):
             return replayable_epochs(super()._get_train_sampler(dataset))
 
@@ -174,6 +140,43 @@ def _grpo_trainer_cls():
                 self.kl_controller.value = saved["kl_coef"]
 
     return RegimeGRPOTrainer
+
+
+class _LossProbe:
+    """The GRPO trainer's side of the fidelity audit (:mod:`ablate.algos.loss_probe`), mixed into it."""
+
+    reference_use = loss_probe.TOKEN_PENALTY
+
+    def first_batch(self, probe) -> loss_probe.FirstBatch:
+        """Rollouts of the first step's prompts, drawn by TRL as it draws them (seeded by the probe)."""
+        rows = loss_probe.first_train_batch(self)
+        inputs = self._scored(rows, probe.seed, _Answers(self.reference.training_logprobs))
+        prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
+        tokens = TokenBatch(
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([prompt, completion], 1),
+            torch.cat([torch.zeros_like(prompt), completion], 1),
+        )
+        return loss_probe.FirstBatch(tokens, (rows, probe.seed))
+
+    def batch_loss(self, first: loss_probe.FirstBatch, ref_logps: torch.Tensor) -> torch.Tensor:
+        """TRL's loss on ``first``'s rollouts, scored again (the same samples) with ``ref_logps`` as the
+        reference: its KL term, or under the reward placement its penalties and so the advantages."""
+        rows, seed = first.inputs
+        inputs = self._scored(rows, seed, _Answers(lambda batch: ref_logps))
+        with loss_probe.untracked(self), self.compute_loss_context_manager():
+            return self.compute_loss(self.model, inputs)
+
+    def _scored(self, rows: list, seed: int, reference) -> dict:
+        """TRL's generated and scored batch for ``rows`` with ``reference`` answering its reference call, with
+        the random state forked and seeded (the same samples every time), leaving no trace in the logs."""
+        saved, self.reference = self.reference, reference
+        try:
+            with torch.random.fork_rng(devices=[]), loss_probe.untracked(self):
+                torch.manual_seed(seed)
+                return self._generate_and_score_completions(rows)
+        finally:
+            self.reference = saved
 
 
 class _Answers:

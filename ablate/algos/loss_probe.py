@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ablate.refs.base import TokenBatch
+from ablate.batch import TokenBatch
 
 
 def _prepare_data_loader():

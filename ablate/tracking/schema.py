@@ -5,7 +5,7 @@ One :class:`Metric` per figure a run reports: its ``summary.json`` key, the name
 which direction is better, what it means, whether the summary also holds its value at step 0, whether the
 report compares regimes on it, and how ``python -m ablate.status`` shows it. The summary
 (``ablate.run.build_summary``), its validation (``tracking.run_dir``), ``ablate.status``, ``tracking.resume``
-and ``analysis/`` all read it; ``docs/metrics.md`` is generated from it (``ablate.tracking.metrics_doc``).
+and ``analysis/`` all read it; ``docs/metrics.md`` is generated from it (``ablate.metrics_doc``).
 
 Adding a metric is one entry in :data:`METRICS`. A metric the evaluator does not emit is *derived*: ``derive``
 computes it from the logged metrics named in ``inputs`` (:func:`complete` fills it in). Tests add entries

@@ -1,6 +1,6 @@
 """docs/metrics.md is generated from the metric schema: the committed page is the generator's output, so a metric
 added, renamed or reworded in ``ablate/tracking/schema.py`` (or a regime's ``EXTRA_DOCS``) without
-``python -m ablate.tracking.metrics_doc --write`` fails here."""
+``python -m ablate.metrics_doc --write`` fails here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ablate.tracking.schema import Metric
 
 def test_the_committed_page_is_the_generators_output():
     assert metrics_doc.PAGE.read_text() == metrics_doc.render(), (
-        "docs/metrics.md is out of date: python -m ablate.tracking.metrics_doc --write"
+        "docs/metrics.md is out of date: python -m ablate.metrics_doc --write"
     )
     assert metrics_doc.main(["--check"]) == 0
 
