@@ -69,7 +69,7 @@ def _dpo_trainer_cls():
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """The regime's summed reference log-probs of the chosen and rejected responses (plus SimPO's
             margin under ``algo.loss_type=simpo``)."""
-            return self.reference_slot(_tokens(inputs), self.reference.sequence_logprobs(_tokens(inputs)))
+            return self.reference_slot(_tokens(inputs), self.reference.logprobs(_tokens(inputs)).sum(dim=1))
 
         def reference_slot(self, batch: TokenBatch, ref_sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             """What TRL's loss reads as the reference of the chosen and the rejected responses, from the [B] summed

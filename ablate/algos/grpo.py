@@ -34,7 +34,7 @@ from ablate.algos.kl_control import make_controller
 from ablate.algos.kl_estimators import covered_loss_penalty, kl_penalty, reward_penalty, zero_gradient_warning
 from ablate.algos.trl_common import common_args
 from ablate.config import algo as schemas
-from ablate.refs.base import Reference, TokenBatch, fill_uncovered
+from ablate.refs.base import AUDIT, Reference, TokenBatch, fill_uncovered
 
 log = logging.getLogger(__name__)
 _RegimeRef = trl_fence.RegimeRefSlot  # where TRL keeps its reference model (tests check it is there)
@@ -149,8 +149,8 @@ class _LossProbe:
 
     def first_batch(self, probe) -> loss_probe.FirstBatch:
         """Rollouts of the first step's prompts, drawn by TRL as it draws them (seeded by the probe)."""
-        rows = loss_probe.first_train_batch(self)
-        inputs = self._scored(rows, probe.seed, _Answers(self.reference.training_logprobs))
+        rows, regime = loss_probe.first_train_batch(self), self.reference
+        inputs = self._scored(rows, probe.seed, _Answers(lambda batch: regime.logprobs(batch, AUDIT)))
         prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
         tokens = TokenBatch(
             torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),

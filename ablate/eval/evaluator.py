@@ -276,7 +276,7 @@ class Evaluator:
             judge = next_token_logits(self.judge, batch)
             stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch)
             from_stand_in = stand_in is not None and reference.logprobs_match_distribution
-            regime_logp = None if from_stand_in else audit.regime_logprobs(reference, batch)
+            regime_logp = None if from_stand_in else audit.regime_logprobs(reference, batch, self.precision)
         terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
         del pol, judge, stand_in
         audit.add(terms, mask, terms.stand_in_logp if from_stand_in else regime_logp, sb.lengths, sb.truncated)

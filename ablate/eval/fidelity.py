@@ -20,7 +20,7 @@ those numbers (``kl/*`` logged, summary keys without the prefix):
 
 **The truth** is the full reference in fp32: the judge's log-probs through the same fused head training uses, in
 fp32 (float64 from there on). The regime's values are what training receives (in the policy's precision,
-:meth:`~ablate.refs.base.Reference.training_logprobs`), so ``ref=full`` in a bf16 run has a small error of its own:
+:meth:`~ablate.refs.base.Reference.logprobs` for an audit), so ``ref=full`` in a bf16 run has a small error of its own:
 the precision's zero line, reported like any regime; in an fp32 run it is exactly 0 (and ``grad_cos`` exactly 1).
 """
 
@@ -36,7 +36,7 @@ from ablate.algos.kl_estimators import kl_penalty
 from ablate.models.logprobs import add_logprob_head, response_labels, token_logprobs
 from ablate.models.precision import autocast, unwrapped_forward
 from ablate.models.sampling import SampledBatch
-from ablate.refs.base import Reference, TokenBatch, fill_uncovered
+from ablate.refs.base import AUDIT, Reference, TokenBatch, fill_uncovered
 
 NAN = float("nan")
 MARGIN_KEYS = ("margin_err_mean", "margin_err_sd", "margin_err_max", "dpo_loss")
@@ -70,7 +70,7 @@ class FidelityProbe:
 
     def regime(self, reference: Reference, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1] float64: the regime's log-probs as training receives them (uncovered rows all NaN)."""
-        return reference.training_logprobs(batch.to(self.device)).double()
+        return reference.logprobs(batch.to(self.device), AUDIT).double()
 
     # -------------------------------------------------------------------------------------------- measures
     def measure(self, policy, reference: Reference, fresh: list[SampledBatch] = (), trainer=None) -> tuple[dict, dict]:
@@ -137,7 +137,7 @@ class FidelityProbe:
         them) and the cosine of its gradient with the loss's gradient under the truth (same batch, same weights)."""
         first = trainer.first_batch(self)
         tokens = first.tokens.to(self.device)
-        regime = reference.training_logprobs(tokens)
+        regime = reference.logprobs(tokens, AUDIT)
         truth = self.truth(tokens).to(regime.dtype)
         return _grad_cos(policy, lambda: trainer.batch_loss(first, regime), lambda: trainer.batch_loss(first, truth))
 

@@ -12,7 +12,7 @@ import torch
 
 from ablate.eval import kl as klm
 from ablate.eval import metrics as mm
-from ablate.refs.base import Reference, TokenBatch
+from ablate.refs.base import AUDIT, Reference, TokenBatch, uncovered_rows
 
 LOGP_KEYS = ("logp_mae", "logp_rmse", "logp_max_err")
 
@@ -43,15 +43,22 @@ class Audit:
             self.reasons["kl_approx"] = str(e)
             return None
 
-    def regime_logprobs(self, reference: Reference, batch: TokenBatch) -> torch.Tensor | None:
-        """The regime's per-token log-probs of the sampled tokens, or None (with the reason) when it has none."""
+    def regime_logprobs(self, reference: Reference, batch: TokenBatch, precision: str) -> torch.Tensor | None:
+        """The regime's per-token log-probs of the sampled tokens in ``precision``, or None (with the reason) when it
+        has none for some of them."""
         if not reference.has_reference or "logp_mae" in self.reasons:
             return None
         try:
-            return reference.audit_logprobs(batch)
+            logp = reference.logprobs(batch, AUDIT, precision)
         except NotImplementedError as e:
             self.reasons.update(dict.fromkeys(LOGP_KEYS, str(e)))
             return None
+        missing = int(uncovered_rows(logp).sum())
+        if missing:
+            why = f"ref={reference.name} has no reference term for {missing} of {len(logp)} sampled responses"
+            self.reasons.update(dict.fromkeys(LOGP_KEYS, why))
+            return None
+        return logp
 
     def add(self, terms: klm.AuditTerms, mask: torch.Tensor, regime_logp, lengths, truncated) -> None:
         """One batch's audit terms (:func:`ablate.eval.kl.audit_terms`), the regime's log-probs and the responses'

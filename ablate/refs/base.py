@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY: dict[str, type[Reference]] = {}
+TRAINING, AUDIT = "training", "audit"  # what a call of Reference.logprobs is for
+CALLS = (TRAINING, AUDIT)
+
+
+class MissingReference(NotImplementedError):
+    """The regime has no reference term for some of the rows asked for (``ref=cached``, ``miss=error``, on a
+    sequence it did not precompute): training stops with it; an audit reports it as the reason for its NaN."""
 
 
 @dataclass
@@ -65,14 +72,14 @@ class Reference(ABC):
     2. **prepare**: :meth:`prepare` is called at most once, before training, with the training sequences,
        and only for a regime that declares ``wants_training_data``: the pipeline hands over the preference
        pairs as token batches, as DPO trains on them (:mod:`ablate.tasks.pair_tokens`), for every algorithm.
-    3. **use**: :meth:`logprobs` (training, timed as cost), :meth:`audit_logprobs` and :meth:`distribution`
-       (the evaluator's audits, not timed).
+    3. **use**: :meth:`logprobs` with its purpose (training: timed and counted as cost; audit: neither), and
+       :meth:`distribution` where the regime declares one (:attr:`has_distribution`; audits only).
     4. **step**: :meth:`step` after every optimiser step but the last (EMA and snapshot update there).
     5. **account**: :meth:`cost` for the summary; :meth:`state_dict` / :meth:`load_state_dict` for checkpoints.
 
     Every hook a caller uses is declared here with a neutral default: callers never probe for one.
     Subclasses implement :meth:`_logprobs` (and :meth:`_distribution` where they can); the public
-    methods add timing for the cost accounting.
+    methods add the timing and counting for the cost accounting, in one place (:meth:`_call`).
 
     A regime may have no reference term for some rows (``ref=cached`` with ``miss=skip``, for a
     freshly sampled response): :meth:`logprobs` then returns that row as NaN in every position (a
@@ -95,6 +102,8 @@ class Reference(ABC):
     #: True when the regime's per-token log-probs are those of its own next-token distribution (:meth:`distribution`):
     #: the evaluator's audit then reads them off that distribution (in float64) instead of running the model again.
     logprobs_match_distribution: bool = False
+    #: True when the regime has a next-token distribution (:meth:`distribution`: ``_distribution`` implemented).
+    has_distribution: ClassVar[bool] = False
     #: Packages the regime needs beyond the base install: import name -> (pip requirement, who needs it).
     required_packages: ClassVar[dict[str, tuple[str, str]]] = {}
     #: What each of the regime's own figures means (its numeric ``cost().extra``, ``ref_<name>`` in the summary).
@@ -112,7 +121,7 @@ class Reference(ABC):
         self.cfg = cfg
         self.ctx = ctx
         self._cost = RefCost()
-        self._timing = True
+        self._purpose: str | None = None  # the purpose of the call under way (None: none)
 
     # --- build: checks and settings resolved when the config is validated ---------------------------------
     @classmethod
@@ -135,40 +144,44 @@ class Reference(ABC):
         ``wants_training_data`` (see the class docstring). No-op by default."""
 
     # --- use ---------------------------------------------------------------------------------------------
-    def logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """[B, T-1] reference log-probs of the response tokens (0 elsewhere), computed in the policy's
-        training precision (as a stock TRL reference model would be); a row with no reference term is
-        all NaN (see the class docstring). Timed as training cost."""
+    def logprobs(self, batch: TokenBatch, purpose: str = TRAINING, precision: str | None = None) -> torch.Tensor:
+        """[B, T-1] reference log-probs of the response tokens (0 elsewhere); a row with no reference term is all
+        NaN (see the class docstring). ``purpose``: :data:`TRAINING`, what training receives, timed and counted as
+        the regime's cost; :data:`AUDIT`, the same values for an audit (the fidelity audit, the evaluator's),
+        neither timed nor counted in the regime's own statistics (:attr:`counting`). ``precision``: the autocast
+        precision, by default the policy's training precision (as a stock TRL reference model computes it)."""
         from ablate.models.precision import autocast
 
-        with self._timed(), autocast(self.ctx.device, self.ctx.precision):
+        if purpose not in CALLS:
+            raise ValueError(f"purpose must be one of {CALLS}, got {purpose!r}")
+        with self._call(purpose), autocast(self.ctx.device, precision or self.ctx.precision):
             return self._logprobs(batch)
-
-    def sequence_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """[B] summed reference log-probs of each response."""
-        return self.logprobs(batch).sum(dim=1)
-
-    def training_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """What :meth:`logprobs` hands training (the policy's precision; an uncovered row all NaN), for the fidelity
-        audit (:mod:`ablate.eval.fidelity`): not timed, and not counted in the regime's own statistics."""
-        from ablate.models.precision import autocast
-
-        with autocast(self.ctx.device, self.ctx.precision):
-            return self._uncounted_logprobs(batch)
-
-    def _uncounted_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """:meth:`_logprobs` without touching the regime's usage statistics (a cache's hit rate overrides this)."""
-        return self._logprobs(batch)
-
-    def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Like :meth:`logprobs`, for the evaluator's audit: in the caller's precision, not counted as cost."""
-        return self._logprobs(batch)
 
     def distribution(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1, V] float32 next-token log-scores at each position (logits, or normalised log-probs; exact or
         as the regime approximates them): ``log_softmax`` of a row is the distribution, and the audit takes it
-        in float64 (``ablate.eval.kl.audit_terms``). For audits: not timed as training cost."""
-        return self._distribution(batch)
+        in float64 (``ablate.eval.kl.audit_terms``). For audits, in the caller's precision: never timed or
+        counted. Only a regime that declares :attr:`has_distribution` has one (NotImplementedError otherwise)."""
+        with self._call(AUDIT):
+            return self._distribution(batch)
+
+    @property
+    def counting(self) -> bool:
+        """True inside a training call: what a regime counts of its own (a cache's hits) it counts only then."""
+        return self._purpose == TRAINING
+
+    @contextmanager
+    def _call(self, purpose: str) -> Iterator[None]:
+        """One call for ``purpose``: a training call's wall time and count go to the cost (:class:`RefCost`)."""
+        outer, self._purpose = self._purpose, purpose
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._purpose = outer
+            if purpose == TRAINING:
+                self._cost.forward_s += time.perf_counter() - t0
+                self._cost.forward_calls += 1
 
     def reads(self, model: torch.nn.Module) -> bool:
         """True when the regime's reference *is* ``model`` (the same object, only read): its scores are then
@@ -204,17 +217,8 @@ class Reference(ABC):
     @abstractmethod
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor: ...
 
-    def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+    def _distribution(self, batch: TokenBatch) -> torch.Tensor:  # regimes that declare has_distribution override
         raise NotImplementedError(f"ref={self.name} provides no next-token distribution")
-
-    @contextmanager
-    def _timed(self) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._cost.forward_s += time.perf_counter() - t0
-            self._cost.forward_calls += 1
 
 
 def uncovered_rows(ref_logps: torch.Tensor) -> torch.Tensor:

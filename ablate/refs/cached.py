@@ -28,7 +28,7 @@ import torch
 from ablate.cache import CacheEntry
 from ablate.config import RefConfig, require, require_count_or_none
 from ablate.models.precision import autocast
-from ablate.refs.base import Reference, TokenBatch, module_bytes, register
+from ablate.refs.base import MissingReference, Reference, TokenBatch, module_bytes, register
 from ablate.refs.model_backed import freeze, token_logprobs
 
 log = logging.getLogger(__name__)
@@ -197,11 +197,12 @@ class CachedReference(Reference):
             out[i, pos[1:] - 1] = self.values[self.offsets[j] : self.offsets[j + 1]]
         return out, missing
 
-    def _logprobs(self, batch: TokenBatch, *, count: bool = True) -> torch.Tensor:
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Cached rows from the cache; missed rows by ``miss``: an error, the full copy's values, or (skip)
-        all NaN: no reference term (see :class:`ablate.refs.base.Reference`)."""
+        all NaN: no reference term (see :class:`ablate.refs.base.Reference`). Hits and misses are counted in
+        training calls only (:attr:`~ablate.refs.base.Reference.counting`)."""
         out, missing = self._lookup(batch)
-        if count:
+        if self.counting:
             self.hits += batch.input_ids.shape[0] - len(missing)
             self.misses += len(missing)
             self._cost.extra.update(
@@ -212,7 +213,7 @@ class CachedReference(Reference):
             )
         if missing:
             if self.cfg.miss == "error":
-                raise RuntimeError(
+                raise MissingReference(
                     f"ref=cached: {len(missing)} of {batch.input_ids.shape[0]} sequences are not in "
                     f"the cache (miss=error); use ref.miss=fallback or ref.miss=skip"
                 )
@@ -233,19 +234,6 @@ class CachedReference(Reference):
             self._fallback = freeze(self.ctx.load_model())
             self._update_bytes()
         return self._fallback
-
-    def _uncounted_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        return self._logprobs(batch, count=False)
-
-    def audit_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        if self.cfg.miss != "fallback":
-            _, missing = self._lookup(batch)
-            if missing:
-                raise NotImplementedError(
-                    f"ref=cached has no log-probs for fresh samples "
-                    f"({len(missing)} of {batch.input_ids.shape[0]} not in the cache)"
-                )
-        return self._logprobs(batch, count=False)
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
         raise NotImplementedError(

@@ -34,6 +34,7 @@ class ModelReference(Reference):
     reads_sft_copy: ClassVar[bool] = False
     #: its log-probs and its distribution are the held model's (through the fused head and through the full logits)
     logprobs_match_distribution = True
+    has_distribution = True
 
     model: torch.nn.Module
 

@@ -27,6 +27,7 @@ class SharedReference(Reference):
     rank = 40
     required_packages = required("peft", "peft", "ref=shared")
     logprobs_match_distribution = True  # both are the adapter-disabled policy's
+    has_distribution = True
 
     @classmethod
     def check_config(cls, cfg) -> None:

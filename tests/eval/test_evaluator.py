@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ablate.models.loading import load_model
+from ablate.refs.base import AUDIT
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.tasks.prompts import make_prompts
 from ablate.tasks.reward import GoldReward
@@ -104,7 +105,7 @@ def test_the_audit_runs_each_model_once_per_chunk_and_full_not_at_all(evaluator,
     assert all(m_own[k] == m_reader[k] or (math.isnan(m_own[k]) and math.isnan(m_reader[k])) for k in m_own)
     # the log-probs read off the distribution are the fused head's, to its float32 precision
     batch = evaluator._sample(policy, "test", 1, 0)[0].batch
-    fused = own.audit_logprobs(batch)
+    fused = own.logprobs(batch, AUDIT, "fp32")
     mask = batch.target_mask
     from ablate.eval.kl import token_logprobs
 

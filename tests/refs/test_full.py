@@ -6,6 +6,7 @@ import torch
 
 from ablate.eval.kl import exact_kl_per_token, gather_token_logprobs
 from ablate.refs import REGISTRY
+from ablate.refs.base import AUDIT
 from ablate.refs.full import FullRefConfig, FullReference
 from ablate.refs.model_backed import next_token_logits, token_logprobs
 from tests.conftest import token_batch
@@ -50,8 +51,9 @@ def test_cost_counts_training_calls_not_audits(ref_ctx, tokenizer):
     ref = FullReference(FullRefConfig(), ref_ctx)
     batch = token_batch(tokenizer, PROMPTS, RESPONSES)
     ref.logprobs(batch)
-    ref.sequence_logprobs(batch)
-    ref.audit_logprobs(batch)
+    ref.logprobs(batch, "training")
+    ref.logprobs(batch, AUDIT)
+    ref.logprobs(batch, AUDIT, "bf16")
     ref.distribution(batch)
     c = ref.cost()
     assert c.forward_calls == 2 and c.forward_s > 0

@@ -197,8 +197,9 @@ def test_cached_miss_policies(ref_ctx, full, batch, cache_root, tokenizer):
             assert not undocumented_extras(ref)
 
 
-def test_cached_skip_marks_only_the_missed_rows_and_audits_still_refuse(ref_ctx, full, batch, cache_root, tokenizer):
-    from ablate.refs.base import uncovered_rows
+def test_cached_skip_marks_only_the_missed_rows_and_audits_see_them_too(ref_ctx, full, batch, cache_root, tokenizer):
+    from ablate.eval.response_audit import LOGP_KEYS, Audit
+    from ablate.refs.base import AUDIT, uncovered_rows
 
     ref_ctx.cache_root = str(cache_root)
     ref = CachedReference(CachedRefConfig(miss="skip"), ref_ctx)
@@ -207,8 +208,11 @@ def test_cached_skip_marks_only_the_missed_rows_and_audits_still_refuse(ref_ctx,
     out = ref.logprobs(mixed)
     assert uncovered_rows(out).tolist() == [False, True]
     assert torch.allclose(out[0], full.logprobs(mixed)[0], atol=1e-6)
-    with pytest.raises(NotImplementedError, match="fresh samples"):
-        ref.audit_logprobs(mixed)
+    torch.testing.assert_close(ref.logprobs(mixed, AUDIT), out, equal_nan=True, rtol=0, atol=0)
+    assert ref.cost().extra["misses"] == 1  # an audit is not counted
+    audit = Audit()
+    assert audit.regime_logprobs(ref, mixed, "fp32") is None
+    assert audit.reasons[LOGP_KEYS[0]] == "ref=cached has no reference term for 1 of 2 sampled responses"
 
 
 def test_cached_skip_is_refused_for_dpo(tmp_path):

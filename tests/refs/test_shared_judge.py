@@ -12,7 +12,7 @@ import torch
 from ablate.inputs import RunInputs
 from ablate.models.logprobs import next_token_logits
 from ablate.refs import regime_class
-from ablate.refs.base import module_bytes
+from ablate.refs.base import AUDIT, module_bytes
 from tests.conftest import TINY_FAST, token_batch, typed_config
 
 PROMPTS = ["Review the film:", "Continue: I watched it and"]
@@ -49,7 +49,7 @@ def test_ref_full_reads_the_judges_copy_and_computes_what_its_own_copy_computes(
     for precision in ("fp32", "bf16"):  # training calls run in the policy's precision
         shared.ctx.precision = own.ctx.precision = precision
         assert torch.equal(shared.logprobs(batch), own.logprobs(batch))
-    assert torch.equal(shared.audit_logprobs(batch), own.audit_logprobs(batch))
+    assert torch.equal(shared.logprobs(batch, AUDIT), own.logprobs(batch, AUDIT))
     assert torch.equal(shared.distribution(batch), own.distribution(batch))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ablate.refs.base import AUDIT
 from ablate.refs.full import FullReference
 from ablate.refs.topk import TopKRefConfig, TopKReference, topk_distribution
 from tests.conftest import compose
@@ -38,8 +39,8 @@ def test_a_scoring_endpoint_gives_every_scored_token_its_exact_logprob(ref_ctx, 
     k = straddling_k(scored_ranks(full, batch), batch.target_mask)
     ref = TopKReference(TopKRefConfig(k=k, keep_sampled=True), ref_ctx)
     assert torch.equal(ref.logprobs(batch), full.logprobs(batch))
-    assert torch.equal(ref.training_logprobs(batch), full.training_logprobs(batch))
-    assert torch.equal(ref.audit_logprobs(batch), full.audit_logprobs(batch))
+    assert torch.equal(ref.logprobs(batch, AUDIT), full.logprobs(batch, AUDIT))
+    assert torch.equal(ref.logprobs(batch, AUDIT, "bf16"), full.logprobs(batch, AUDIT, "bf16"))
     approx = topk_distribution(torch.log_softmax(full.distribution(batch), -1), k, "bucket", 1e-10)
     assert torch.equal(ref.distribution(batch), approx)
 
@@ -52,7 +53,7 @@ def test_a_top_logprobs_endpoint_gives_a_token_outside_the_top_k_the_tail_value(
     approx = topk_distribution(torch.log_softmax(full.distribution(batch), -1), k, tail, 1e-10)
     tail_value = approx.gather(-1, approx.argmin(-1, keepdim=True)).squeeze(-1)  # every tail token's log-prob
     outside = batch.target_mask & (ranks >= k)
-    for got in (ref.logprobs(batch), ref.training_logprobs(batch)):
+    for got in (ref.logprobs(batch), ref.logprobs(batch, AUDIT)):
         assert torch.allclose(got[outside], tail_value[outside], rtol=0, atol=1e-5)
         assert (got[outside] - full.logprobs(batch)[outside]).abs().min() > 1e-3  # not the reference's own value
         inside = batch.target_mask & (ranks < k)
