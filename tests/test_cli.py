@@ -13,6 +13,7 @@ from tests.conftest import REPO, run_cli
 from tests.test_cli_errors import assert_one_line, run_main  # noqa: F401  (run_main is a fixture)
 
 
+@pytest.mark.slow
 def test_python_m_ablate_prints_what_main_prints(run_main, tmp_path):  # noqa: F811
     """The issue's case: a missing folder for model=hf traced from huggingface_hub after loading started."""
     args = ["model=hf", "model.name_or_path=/nonexistent/folder"]
@@ -44,6 +45,7 @@ def test_sweep_expansion_covers_every_job():
     assert _job_overrides(["seed=1"]) == [["seed=1"]]  # without -m: one job (several values are refused)
 
 
+@pytest.mark.slow
 def test_conf_is_found_from_another_directory(tmp_path):
     res = run_cli("model=tiny", "--cfg", "job", cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr

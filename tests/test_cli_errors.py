@@ -435,6 +435,7 @@ def test_bad_data_is_one_line_before_any_model_loads(run_main, data_dir, args, e
     assert_one_line(*run_main("model=tiny", "task=dataset", *args), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,expected", JUDGE_BAD, ids=[" ".join(a) for a, _ in JUDGE_BAD])
 def test_a_judge_that_cannot_load_is_one_line(run_main, judge_dir, args, expected):
     assert_one_line(*run_main("model=tiny", *[a.replace("{m}", str(judge_dir)) for a in args]), expected)

@@ -60,6 +60,7 @@ def _worker(rank: int, size: int, port: int, out: str) -> None:
     distributed.close()
 
 
+@pytest.mark.slow
 def test_two_processes(tmp_path):
     mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1))

@@ -81,7 +81,7 @@ def _parse_only(module: str, args: list[str], monkeypatch) -> None:
 def compose_only(monkeypatch):
     """The CLI's checks before any model loads, less the ones that look for models, data and packages."""
     import ablate.cli
-    from ablate.config import validate
+    from ablate.validation import validate
 
     monkeypatch.setattr(ablate.cli, "check_config", validate)
     monkeypatch.setattr("ablate.models.loading.check_device", lambda device: None)  # GPU commands: as on a GPU box

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from ablate.run import run_job
 from tests.conftest import TINY_FAST, compose
 
@@ -35,6 +37,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 def test_full_with_the_lora_policy_equals_shared_metric_for_metric(tmp_path):
     shared, full = _run(tmp_path, "shared"), _run(tmp_path, "full")
     metrics = [k for k in shared if not k.startswith(COST) and isinstance(shared[k], int | float | None)]

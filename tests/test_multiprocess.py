@@ -69,6 +69,7 @@ def dpo_runs(tmp_path_factory):
     return one, two, r2
 
 
+@pytest.mark.slow
 def test_two_processes_write_one_run(dpo_runs):
     one, two, r2 = dpo_runs
     s = summary(two)
@@ -123,6 +124,7 @@ def _rank_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_killed_process_fails_the_job_and_rerun_resumes(tmp_path):
     out = tmp_path / "run"
     grpo = [a for a in JOB if not a.startswith("algo.")] + ["algo=grpo", "algo.batch_size=4", "algo.num_generations=2"]

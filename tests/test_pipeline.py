@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ablate.run import run_job
 from tests.conftest import TINY_FAST, compose
 
@@ -12,6 +14,7 @@ from tests.conftest import TINY_FAST, compose
 TINY = [*TINY_FAST, "algo=dpo", "algo.learning_rate=1e-3", "checkpoint.interval=0"]
 
 
+@pytest.mark.slow
 def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
     """ref=snapshot with tau=1: step s trains against the policy after step s-1. An evaluation after step s
     must audit that reference (one update fewer than steps taken, and not the policy itself: KL > 0)."""
@@ -30,6 +33,7 @@ def test_snapshot_audits_the_reference_each_step_trained_with(tmp_path):
     assert summary["ref_updates"] == 2
 
 
+@pytest.mark.slow
 def test_checkpoints_by_policy_and_the_bytes_they_cost(tmp_path):
     """checkpoint.interval=1 with keep: steps 1 and 2 are saved then pruned, the last step's is kept, and
     ``disk_bytes_written`` counts all three (the kernel's count of what the job wrote). The default policy
@@ -76,6 +80,7 @@ def test_the_run_reads_top_to_bottom():
         assert '"dpo"' not in source and '"grpo"' not in source and '"ppo"' not in source, name
 
 
+@pytest.mark.slow
 def test_the_final_evaluation_draws_samples_per_prompt_and_the_others_the_interim_count(tmp_path):
     raw = compose(*TINY, "ref=full", "eval.samples_per_prompt=2", "eval.interim_samples_per_prompt=1")
     raw.out_dir = str(tmp_path / "run")

@@ -104,6 +104,7 @@ LISTS = """
 """
 
 
+@pytest.mark.slow
 def test_the_docs_plugin_regime_and_an_algorithm_are_in_every_list(plugin_dir, tmp_path):
     got = json.loads(run_py(LISTS, {"ABLATE_PLUGINS": str(plugin_dir)}, tmp_path).stdout.splitlines()[-1])
     every = [*BUILTIN, "trdpo_soft", "trdpo_hard", "bf16"]  # unranked: after the built-ins, by name
@@ -116,6 +117,7 @@ def test_the_docs_plugin_regime_and_an_algorithm_are_in_every_list(plugin_dir, t
     assert got["jobs"] == 2 and got["composed"] == ["bf16", 8]
 
 
+@pytest.mark.slow
 def test_without_plugins_nothing_is_added(tmp_path):
     got = json.loads(run_py(LISTS.replace("bf16", "full").replace("algo=grpo_wide", "algo=grpo").replace(
         "compose(\"algo=grpo\", \"model=tiny\").algo.num_generations", "0"), {"ABLATE_PLUGINS": ""}, tmp_path
@@ -143,6 +145,7 @@ SWEEP = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_plugins", [False, True])
 def test_hydras_basic_sweeper_expands_the_registry_lists(plugin_dir, tmp_path, with_plugins):
     env = {"ABLATE_PLUGINS": str(plugin_dir) if with_plugins else ""}
@@ -153,6 +156,7 @@ def test_hydras_basic_sweeper_expands_the_registry_lists(plugin_dir, tmp_path, w
     assert sorted(jobs) == sorted((a, r) for a in algos for r in refs)
 
 
+@pytest.mark.slow
 def test_the_cli_lists_a_plugin_among_the_choices(plugin_dir, tmp_path):
     res = run_cli("ref=bf1", "model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(plugin_dir))
     assert res.returncode == 2
@@ -161,6 +165,7 @@ def test_the_cli_lists_a_plugin_among_the_choices(plugin_dir, tmp_path):
     assert "unknown algo 'grpo_wid' (choose from: dpo, grpo, grpo_wide, ppo)" in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "write,says",
     [

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from ablate.tracking.run_dir import SUMMARY_KEYS
 from tests.conftest import TINY_FAST, run_cli
 
 
+@pytest.mark.slow
 def test_tiny_dpo_run_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     res = run_cli(*[a for a in TINY_FAST if a != "logger=none"], f"hydra.run.dir={run_dir}", cwd=tmp_path)
@@ -35,6 +38,7 @@ def test_tiny_dpo_run_end_to_end(tmp_path):
     assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
+@pytest.mark.slow
 def test_second_run_reuses_the_cached_pairs(tmp_path):
     for name in ("a", "b"):
         res = run_cli(
@@ -46,6 +50,7 @@ def test_second_run_reuses_the_cached_pairs(tmp_path):
     assert b["pairs_cache_hit"] is True and a["pairs_cache"] == b["pairs_cache"]
 
 
+@pytest.mark.slow
 def test_bf16_policy_and_reference_agree_at_step_0(tmp_path):
     """A reference must run in the policy's precision: with bf16 autocast, DPO's implicit rewards and the
     true KL are exactly 0 before the first update (a fp32 reference against a bf16 policy gives neither)."""
@@ -66,6 +71,7 @@ def test_bf16_policy_and_reference_agree_at_step_0(tmp_path):
     assert first["train/rewards/chosen"] == 0.0 and first["train/rewards/rejected"] == 0.0
 
 
+@pytest.mark.slow
 def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
     """PPO and GRPO train on the proxy reward model; gold is logged alongside and used for evaluation."""
     for algo in ("ppo", "grpo"):
@@ -93,6 +99,7 @@ def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
         assert gold_key in keys, sorted(keys)
 
 
+@pytest.mark.slow
 def test_hf_model_from_a_local_folder(tmp_path, tiny_source):
     """model=hf takes any local folder (a hub id works the same way where a hub is reachable)."""
     run_dir = tmp_path / "run"

@@ -18,7 +18,7 @@ steps on, not a copy of it:
 A trainer reads its regime from its ``reference`` attribute (the audit measures several regimes with one trainer).
 
 The private TRL / Accelerate state read here is checked at start-up with the rest of the fence
-(:data:`CONTRACT`, in :func:`ablate.algos.trl_fence.check`).
+(:data:`ablate.algos.trl_fence.CONTRACT`).
 """
 
 from __future__ import annotations
@@ -32,23 +32,6 @@ from typing import Any
 import torch
 
 from ablate.batch import TokenBatch
-
-
-def _prepare_data_loader():
-    from accelerate import Accelerator
-
-    return Accelerator.prepare_data_loader
-
-
-def contract():
-    from ablate.algos.trl_fence import Expect
-
-    return (  # where the loop's data loader is kept once prepared
-        Expect(
-            "Accelerator.prepare_data_loader", _prepare_data_loader, ("self", "data_loader"), ("self._dataloaders",)
-        ),
-    )
-
 
 SEQUENCE_MARGIN = "sequence_margin"
 TOKEN_PENALTY = "token_penalty"

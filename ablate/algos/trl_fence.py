@@ -61,6 +61,12 @@ def _dpo():
     return DPOTrainer
 
 
+def _accelerator():
+    from accelerate import Accelerator
+
+    return Accelerator
+
+
 def _grpo():
     from trl import GRPOTrainer
 
@@ -130,6 +136,12 @@ CONTRACT: tuple[Expect, ...] = (
         ("return completion_ids, logprobs",),
     ),
     Expect("trl.trainer.add_fused_lm_head", _fused_head_fn, ("model",), (FUSED_KWARG,)),
+    Expect(  # where the training loop's data loader is kept once prepared (ablate.algos.loss_probe reads it)
+        "Accelerator.prepare_data_loader",
+        lambda: _accelerator().prepare_data_loader,
+        ("self", "data_loader"),
+        ("self._dataloaders",),
+    ),
 )
 
 
@@ -153,11 +165,8 @@ def problems(contract: tuple[Expect, ...] = CONTRACT) -> list[str]:
 
 
 def check(contract: tuple[Expect, ...] | None = None) -> None:
-    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on (with the
-    fidelity audit's reads, :mod:`ablate.algos.loss_probe`)."""
-    from ablate.algos import loss_probe
-
-    found = problems(CONTRACT + loss_probe.contract() if contract is None else contract)
+    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on."""
+    found = problems(CONTRACT if contract is None else contract)
     if found:
         raise MissingAsset(
             f"trl {_trl_version()} is incompatible with ablate (checked with trl=={', '.join(CHECKED_WITH)}): "

@@ -82,6 +82,7 @@ def _step_logs(rec) -> list[dict]:
     return [h for h in rec.logs if "loss" in h and "train_loss" not in h]  # not the final run summary
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_grpo_cached_skip_rows_have_no_kl_term(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root):
     """Every fresh sample misses: TRL's k3 term (or the k1 reward penalty) is exactly 0 with zero gradient, so

@@ -146,6 +146,7 @@ def test_an_unknown_placement_is_refused_in_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- training
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_grpo_k2_and_k1_in_the_loss(tmp_path, tiny_source, tokenizer, ref_ctx, cache_root, caplog):
     """Same samples and gold rewards as a run without reference. k2 in the loss (a reference that differs from the
@@ -212,6 +213,7 @@ def test_ppo_k2_in_the_loss(tmp_path, tiny_source, tokenizer, ref_ctx):
 
 
 # ---------------------------------------------------------------------------------------------------- a run
+@pytest.mark.slow
 def test_a_run_with_k1_in_the_loss_says_so_at_start_and_in_its_summary(tmp_path):
     """The one-line warning before training, and ``kl_zero_gradient_ablation`` in summary.json."""
     import json

@@ -69,6 +69,7 @@ def test_ppo_first_rollout_has_zero_kl_against_full(tmp_path, tiny_source, token
     assert torch.allclose(data["kl_seq"], torch.zeros_like(data["kl_seq"]), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["k1", "k3"])
 def test_ppo_cached_skip_gives_fresh_samples_no_kl_term(
     tmp_path, tiny_source, tokenizer, ref_ctx, cache_root, estimator
@@ -136,6 +137,7 @@ def _expected_reward(model, batch, good) -> float:
     return float(mass[m].mean())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["k1", "k3"])
 def test_ppo_raises_the_training_reward(tmp_path, tiny_source, tokenizer, ref_ctx, estimator):
     # the value head's initialisation draws from the global RNG: seed it, as the pipeline does, so the result does

@@ -15,6 +15,7 @@ from tests.conftest import REPO
 REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "runs").is_dir()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REPORTS)
 def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatch):
     committed = REPO / "reports" / name

@@ -46,6 +46,7 @@ def _report(*args) -> int:
     return main(["report", *map(str, args), "--boot", "200"])
 
 
+@pytest.mark.slow
 def test_the_section_orders_points_by_beta_times_sd_and_finds_the_first_difference(tmp_path):
     root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
     assert _report(root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8,nf4") == 0
@@ -181,6 +182,7 @@ def test_a_regime_keeps_its_colour_under_every_condition():
     assert colors["beta=0.3 | full"] == regime_colors(["full"])["full"] != colors["beta=0.3 | int8"]
 
 
+@pytest.mark.slow
 def test_the_sensitivity_table_is_rechecked_and_a_changed_figure_caught(tmp_path):
     from analysis.recheck import recheck
 
@@ -244,6 +246,7 @@ def test_seeds_keep_only_those_seeds_and_an_absent_one_is_one_line(tmp_path, cap
     assert "; seeds 1;" in text and "--seeds 1" in text  # the command, hence its reproduction, keeps the filter
 
 
+@pytest.mark.slow
 def test_a_chosen_reference_condition_is_the_one_the_others_are_compared_with(tmp_path, capsys):
     root, out = _sweeps(tmp_path / "sweeps"), tmp_path / "report"
     args = (root / "beta0.03", root / "beta0.3", "--out", out, "--regimes", "full,int8")

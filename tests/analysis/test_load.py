@@ -19,6 +19,7 @@ def test_recorded_api_runs_keep_failed_and_unfinished():
     assert set(data.curves["step"]) == {0, 2, 4}
 
 
+@pytest.mark.slow
 def test_folders_and_wandb_offline_give_the_same_numbers(tiny_sweep):
     folders = load_runs(tiny_sweep).runs.set_index("job")
     wandb = from_wandb_offline(tiny_sweep).runs.set_index("job")

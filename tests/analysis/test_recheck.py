@@ -39,6 +39,7 @@ def _seeds(opts: dict) -> list[int] | None:
 REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "equivalence.csv").is_file()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REPORTS)
 def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     folders, opts = _report_args(name)
@@ -128,6 +129,7 @@ def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path)
     assert found.errors[0].startswith("full: algo.kl_estimator=k2 - algo.kl_estimator=k1: kl_true: reported")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("column", [None, "seed_t_lo", "boot_hi", "lo", "seed_diffs"])
 def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, column):
     """Three seeds whose int8 - full differences disagree (shifts 0, 0.5, 1, against prompt noise of about 0.1 in
@@ -162,6 +164,7 @@ def test_several_seeds_the_union_and_both_its_parts_are_rechecked(tmp_path, colu
         assert len(found.errors) == 1 and "int8 - full: reward_delta" in found.errors[0], found.errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("column, change", [(None, 0), ("estimate", 1e-6), ("lo", -0.5), ("hi", 0.5)])
 def test_a_regimes_own_interval_is_rechecked(tmp_path, column, change):
     """primary.csv: each regime's own value with its interval (three seeds: the union with the seed-level t

@@ -4,10 +4,12 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_report_from_a_tiny_sweep(tiny_sweep, tmp_path):
     out = tmp_path / "report"
     res = subprocess.run(

@@ -2,6 +2,7 @@
 verdict tables, failed runs listed, captions under every figure, one colour per regime (no model runs)."""
 
 import pandas as pd
+import pytest
 from matplotlib.colors import to_rgba
 
 from analysis import figures, figures_equivalence
@@ -126,6 +127,7 @@ def test_a_bad_margin_is_one_line(tmp_path, capsys):
     assert err.endswith("error: margin 'kl_true=ten': 'ten' is not a number")
 
 
+@pytest.mark.slow
 def test_the_cost_section_comes_from_the_bench(tmp_path):
     """``--bench``: bytes against the fp32 full reference and a bf16 copy, time per step against full, from the
     bench's CSV (its code read from the Markdown beside it); a regime the bench lacks says so."""

@@ -22,6 +22,7 @@ def _load(folder) -> dict:
     return {r["regime"]: r for r in data["regimes"]} | {"_settings": data["settings"]}
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_full_and_int8_on_the_task_pairs(tmp_path, capsys):
     out = tmp_path / "audit"

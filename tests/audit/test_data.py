@@ -65,6 +65,7 @@ def test_bad_data_is_one_line_and_exit_2_before_any_model_loads(tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_file_is_one_line_from_the_command_line(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "ablate.audit", "--data", str(tmp_path / "nope.jsonl"), "model=tiny"],

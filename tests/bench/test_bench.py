@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_bench_on_tiny(tmp_path):
     res = subprocess.run(
         [
@@ -70,6 +71,7 @@ def test_the_bench_covers_every_regime():
     assert default[0] == "full"  # the ratios' denominator first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, says",
     [

@@ -130,6 +130,7 @@ def test_bf16_has_its_own_zero_line_and_int8_a_larger_error(tiny_source, tokeniz
     assert int8["margin_err_sd"] > full["margin_err_sd"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("algo", [GRPO, PPO], ids=["grpo", "ppo"])
 def test_online_penalty_error_is_zero_for_the_exact_reference_and_not_for_int8(
@@ -161,6 +162,7 @@ def _regime(name, ref_ctx, policy, algo):
     return ref
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("algo", [DPO, GRPO], ids=["dpo", "grpo"])
 def test_every_regime_gives_every_figure_or_a_reason(tiny_source, tokenizer, ref_ctx, tmp_path, algo):
@@ -205,6 +207,7 @@ class _Logs:
         self.callback = CB()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algo",
     [(*DPO, "algo.sft_weight=0.5", "algo.max_steps=1"), (*PPO, "algo.ppo_epochs=1", "algo.max_steps=1")],
@@ -230,6 +233,7 @@ def test_the_audited_loss_is_the_loss_the_trainer_logs_at_its_first_step(
     assert cos == 1.0 and audited == logs.losses[0] and audited != math.log(2)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("algo", [GRPO, PPO], ids=["grpo", "ppo"])
 def test_the_audited_gradient_follows_the_kl_placement(tiny_source, tokenizer, ref_ctx, tmp_path, algo):

@@ -220,6 +220,7 @@ def test_second_construction_hits_the_cache(built, ctx, loads):
     assert again.cost().cache_bytes == ref.cost().cache_bytes
 
 
+@pytest.mark.slow
 def test_key_changes_with_every_setting_precision_and_data(built, ctx, tok):
     ref, _ = built
     seqs = pair_sequences(tok, PAIRS, 256)
@@ -241,6 +242,7 @@ def test_key_changes_with_every_setting_precision_and_data(built, ctx, tok):
     assert cache_key(DistilledRefConfig(**MAIN), dataclasses.replace(ctx, model_fingerprint="other"), seqs) != key
 
 
+@pytest.mark.slow
 def test_other_steps_is_another_entry_and_a_corrupted_entry_is_rebuilt(built, ctx, loads):
     ref, _ = built
     cfg = DistilledRefConfig(num_layers=2, steps=3, batch_size=4, target_kl=None, fresh_per_prompt=1)

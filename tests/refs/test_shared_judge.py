@@ -74,6 +74,7 @@ def test_the_judge_scores_and_samples_the_same_after_ref_full_used_it(tmp_path, 
     assert torch.equal(logits, logits_after) and torch.equal(sampled, sampled_after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref", ["ema", "snapshot", "topk", "int8", "nf4"])
 def test_regimes_that_change_quantise_or_wrap_their_copy_load_their_own(tmp_path, inputs_with_judge, ref):
     reference = _regime(_config(tmp_path, ref), inputs_with_judge)

@@ -38,6 +38,7 @@ def _check_two(sweep, res):
     return runs
 
 
+@pytest.mark.slow
 def test_joblib_sweep_then_a_rerun_does_no_training(tmp_path):
     sweep = tmp_path / "sweep_joblib"
     args = ["-m", *FAST, *TWO, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
@@ -54,6 +55,7 @@ def test_joblib_sweep_then_a_rerun_does_no_training(tmp_path):
     assert logs.count("already finished, not rerun") == 2
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep(tmp_path):
     pytest.importorskip("submitit")
     sweep = tmp_path / "sweep_submitit"
@@ -72,6 +74,7 @@ def test_submitit_local_sweep(tmp_path):
     _check_two(sweep, res)
 
 
+@pytest.mark.slow
 def test_failed_and_diverged_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     garbage = tmp_path / "not_a_model"
     garbage.mkdir()

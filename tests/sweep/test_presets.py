@@ -18,6 +18,7 @@ def test_the_presets_the_issue_names_exist():
     assert {"regimes", "algos", "beta", "ema", "topk", "seeds"} <= set(NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_every_preset_job_composes_and_validates(name):
     n = preflight(["-m", f"+sweep={name}", "model=tiny"])
@@ -68,6 +69,7 @@ def test_wandb_sweep_values_are_typed():
     assert params["ref.tau"]["values"] == [1, 5, 10, 20]
 
 
+@pytest.mark.slow
 def test_unknown_preset_is_one_line(tmp_path):
     res = run_cli("-m", "+sweep=nope", "model=tiny", cwd=tmp_path, timeout=120)
     assert res.returncode == 2

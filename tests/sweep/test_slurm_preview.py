@@ -140,6 +140,7 @@ def test_unknown_preset_and_bad_overrides_are_one_line(tmp_path):
     assert res.stderr.strip().splitlines() == [f"ablate: error: unknown sweep 'nope' (choose from: {names})"]
 
 
+@pytest.mark.slow
 def test_the_preview_is_what_the_launcher_submits(tmp_path):
     """The real sweep command, with stand-ins for SLURM's programs: ``sbatch`` keeps the script it is given (whole: copied, then renamed) and
     answers with a job id (the launcher then waits on the job: stopped once the script is there)."""

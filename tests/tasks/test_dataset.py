@@ -141,6 +141,7 @@ def test_a_folder_of_split_files_loads_through_datasets(tmp_path):
     assert data.prompts["eval"] == ["Review a song."] and data.prompts["test"] == ["Review a poem."]
 
 
+@pytest.mark.slow
 def test_an_unknown_dataset_id_offline_is_one_line(monkeypatch):
     from ablate.errors import AblateError
 

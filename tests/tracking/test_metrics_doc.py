@@ -4,8 +4,9 @@ added, renamed or reworded in ``ablate/tracking/schema.py`` (or a regime's ``EXT
 
 from __future__ import annotations
 
+from ablate import metrics_doc
 from ablate.refs import extra_docs
-from ablate.tracking import metrics_doc, schema
+from ablate.tracking import schema
 from ablate.tracking.schema import Metric
 
 

@@ -84,6 +84,7 @@ def _same(a, b) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, algo):
     overrides = ALGOS[algo]
@@ -118,6 +119,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path, a
     assert not (killed / "checkpoints").exists()  # removed once finished (checkpoint.keep=false)
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics_other_seed_differs(tmp_path):
     """The three jobs run side by side (one torch thread each): the same seed must give the same metrics whatever
     else the machine is doing."""
