@@ -87,6 +87,7 @@ def test_two_processes_write_one_run(dpo_runs):
     assert r2.stdout.count("ablate.callbacks][INFO] - eval@") == n_evals == 3  # said once, not once per process
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(dpo_runs):
     one, two, _ = dpo_runs
     s1, s2 = summary(one), summary(two)

@@ -136,8 +136,8 @@ METRICS: list[Metric] = [
            "DPO: largest absolute margin error over the training pairs",
            step0=True, label="margin err. max"),
     Metric("dpo_loss", "kl/dpo_loss", "nats", None,
-           "DPO: the sigmoid DPO loss of the first batch of training pairs under the regime; at step 0 ln 2 = 0.6931 "
-           "when the regime equals the policy",
+           "DPO: the trainer's own loss on its first batch of training pairs under the regime (TRL's, as it "
+           "logs it at step 1); at step 0 ln 2 = 0.6931 for the sigmoid loss when the regime equals the policy",
            step0=True, label="DPO loss"),
     Metric("kl_penalty_err_mean", "kl/penalty_err_mean", "nats per token", None,
            "GRPO/PPO: mean signed error of the per-token KL penalty with the run's estimator, the regime's against the "
@@ -147,9 +147,9 @@ METRICS: list[Metric] = [
            "GRPO/PPO: standard deviation of that per-token penalty error",
            step0=True, label="penalty err. sd"),
     Metric("grad_cos", "kl/grad_cos", "cosine", "higher",
-           "cosine between the first batch's loss gradient under the regime and under the full reference in fp32 "
-           "(same batch, same weights; DPO: sigmoid loss on its first training pairs; GRPO/PPO: the policy loss on "
-           "fresh samples of the first training prompts, gold reward, PPO without its critic); 1 when exact",
+           "cosine between the gradients of the trainer's own loss on its first batch under the regime and under the "
+           "full reference in fp32 (same batch, same weights; DPO: the first pairs its loader yields; GRPO/PPO: "
+           "rollouts of its first prompts, drawn as it draws them; ablate/algos/loss_probe.py); 1 when exact",
            step0=True, label="grad. cosine"),
     Metric("ppl", "eval/ppl", "perplexity", "lower",
            "perplexity of the policy on held-out plain text",

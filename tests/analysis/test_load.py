@@ -33,6 +33,7 @@ def test_folders_and_wandb_offline_give_the_same_numbers(tiny_sweep):
         )
 
 
+@pytest.mark.slow
 def test_sweep_command_and_failed_jobs_from_the_folder(tiny_sweep):
     data = load_runs(tiny_sweep)
     (sweep,) = data.sweeps
@@ -101,6 +102,7 @@ def test_strict_and_old_nan_token_folders_load_to_the_same_frames(tmp_path):
     assert c["kl/approx"].dtype == float and c["kl/approx"].isna().all()
 
 
+@pytest.mark.slow
 def test_every_key_of_a_run_s_summary_is_documented(tiny_sweep):
     from tests.tracking.test_summary_docs import undocumented
 

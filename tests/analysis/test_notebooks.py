@@ -7,6 +7,7 @@ from tests.conftest import REPO
 NOTEBOOKS = sorted((REPO / "analysis" / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tiny_sweep, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
