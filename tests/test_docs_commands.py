@@ -4,7 +4,7 @@ lines of plain blocks); none is run: ``python -m ablate`` commands (and ``accele
 composed and validated job by job, with the CLI's launcher check, as the CLI's preflight does, but without
 looking for models, data files or packages (those need the machine the command is meant for); the audit's and the
 bench's commands compose each regime's config the same way; the argparse tools (``analysis``, ``ablate.sweep``,
-``ablate.status``, ``ablate.tasks``, ...) parse their arguments and stop. A ``$ `` line followed by ``ablate: error:``
+``ablate.status``, ``ablate.export``, ...) parse their arguments and stop. A ``$ `` line followed by ``ablate: error:``
 must fail the full preflight with that very line. The README's own-data block is also run as written, on the tiny
 model, by ``tests/tasks/test_readme_own_data.py``."""
 
@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-ARGPARSE_TOOLS = ("analysis", "ablate.sweep", "ablate.status", "ablate.tasks", "ablate.metrics_doc")
+ARGPARSE_TOOLS = ("analysis", "ablate.sweep", "ablate.status", "ablate.export", "ablate.metrics_doc")
 SCRIPTS = ("scripts/setup.sh", ".ci/run")
 OTHER_PROGRAMS = ("wandb", "hf")  # not ours: documented, not checked
 

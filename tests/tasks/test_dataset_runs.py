@@ -23,9 +23,9 @@ def summary(folder) -> dict:
 
 
 def export(out, *overrides: str) -> list[str]:
-    """``python -m ablate.tasks export``; returns the command it prints, as arguments after ``python -m ablate``."""
+    """``python -m ablate.export``; returns the command it prints, as arguments after ``python -m ablate``."""
     done = subprocess.run(
-        [sys.executable, "-m", "ablate.tasks", "export", "--out", str(out), *overrides],
+        [sys.executable, "-m", "ablate.export", "--out", str(out), *overrides],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""``python -m ablate.tasks export --out pairs.jsonl [overrides]``: a built-in task's data in the format
+"""``python -m ablate.export --out pairs.jsonl [overrides]``: a built-in task's data in the format
 ``task=dataset`` reads (:mod:`ablate.tasks.dataset`), so that the general path can be checked against the built-in
 one: every training prompt in order, with its preference pair (or both responses null where the SFT samples tied),
 then the evaluation's and the test prompts as the held-out split. The pairs are the run's own (cached; sampled and
@@ -70,22 +70,27 @@ def export(out: Path, overrides: list[str]) -> str:
     records = rows(inputs.prompts, pairs)
     write_jsonl(out, records)
     n_pairs = sum(r["chosen"] is not None for r in records)
-    print(f"ablate.tasks: wrote {out}: {len(records)} rows, {n_pairs} pairs", file=sys.stderr)
+    print(f"ablate.export: wrote {out}: {len(records)} rows, {n_pairs} pairs", file=sys.stderr)
     return reproduce_command(out, cfg, overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ablate.tasks", description="Tools for the tasks' data.")
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("export", help="write a built-in task's pairs and prompts as a task=dataset file")
-    e.add_argument("--out", required=True, help="the JSONL file to write")
-    e.add_argument("overrides", nargs="*", help="python -m ablate overrides (model=..., task.n_train=..., seed=...)")
+    p = argparse.ArgumentParser(
+        prog="python -m ablate.export",
+        description="Write a built-in task's pairs and prompts as a task=dataset file.",
+    )
+    p.add_argument("--out", required=True, help="the JSONL file to write")
+    p.add_argument("overrides", nargs="*", help="python -m ablate overrides (model=..., task.n_train=..., seed=...)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     try:
         command = export(Path(args.out), args.overrides)
     except AblateError as err:
-        print(f"ablate.tasks: error: {err}", file=sys.stderr)
+        print(f"ablate.export: error: {err}", file=sys.stderr)
         return 2
     print(command)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
