@@ -29,8 +29,6 @@ _session = {"open": False}  # whether a hydra_session is open in this process (n
 OPTION_SCHEMAS = {
     "model": (C.SmolLM2ModelConfig, C.TinyModelConfig, C.HFModelConfig),
     "task": (C.TaskConfig, C.DatasetTaskConfig),
-    "judge": (C.JudgeConfig, C.RewardModelJudgeConfig),
-    "safety": (C.SafetyConfig, C.ClassifierSafetyConfig),
 }
 
 
@@ -49,9 +47,11 @@ def register_configs() -> None:
     from ablate.algos.registry import load_all
     from ablate.lists import register_resolvers
     from ablate.presets import register_presets
+    from ablate.tasks.judge_registry import load_all as load_judges
     from ablate.workers import register_resolver
 
     load_all()  # each algorithm module registers schema/algo/<name>
+    load_judges()  # each judge module registers schema/judge/<name> or schema/safety/<name>
     plugins.store_options()
 
     cs = ConfigStore.instance()

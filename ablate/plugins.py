@@ -23,7 +23,7 @@ from pathlib import Path
 from ablate.errors import ConfigError, one_line
 
 ENV = "ABLATE_PLUGINS"
-GROUPS = ("ref", "algo")  # the groups a plug-in YAML can add an option to
+GROUPS = ("ref", "algo", "judge", "safety")  # the groups a plug-in YAML can add an option to
 _loaded: dict[str, list[Path]] = {}  # entry -> the YAML files beside its modules (an entry is loaded once)
 
 
@@ -93,6 +93,7 @@ def store_options() -> None:
         groups = [g for g in GROUPS if f"{path.stem}.yaml" in cs.list(f"schema/{g}")]
         if not groups:
             raise ConfigError(
-                f"{ENV}: {path} names no regime or algorithm: register one named {path.stem!r} in a module beside it"
+                f"{ENV}: {path} names no regime, algorithm or judge: register one named {path.stem!r} in a module "
+                "beside it"
             )
         cs.store(group=groups[0], name=path.stem, node=OmegaConf.load(path))

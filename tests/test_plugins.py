@@ -171,7 +171,7 @@ def test_the_cli_lists_a_plugin_among_the_choices(plugin_dir, tmp_path):
     [
         (lambda d: None, "ABLATE_PLUGINS: no such folder"),
         (lambda d: (d.mkdir(), (d / "broken.py").write_text("import nope_not_a_module\n")), "failed to import"),
-        (lambda d: (d.mkdir(), (d / "orphan.yaml").write_text("x: 1\n")), "names no regime or algorithm"),
+        (lambda d: (d.mkdir(), (d / "orphan.yaml").write_text("x: 1\n")), "names no regime, algorithm or judge"),
     ],
 )
 def test_a_bad_plugin_is_one_line_before_anything_loads(tmp_path, write, says):
@@ -189,3 +189,51 @@ def test_the_docs_plugin_regime_trains(plugin_dir, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3
+
+
+JUDGE_MODULE = """
+from dataclasses import dataclass
+
+from ablate.config import JudgeConfig
+from ablate.tasks import judge_registry
+
+
+@dataclass
+class ShortConfig(JudgeConfig):
+    name: str = "short"
+
+
+class Short:
+    ID = "short-v1"  # names the judge in cache keys
+
+    def __call__(self, texts, prompts):
+        return [-len(t) / 100 for t in texts]
+
+
+judge_registry.register("judge", "short", ShortConfig, lambda cfg, *, device, cache_root: Short())
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_judge_is_one_module_and_one_yaml(tmp_path):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "short_judge.py").write_text(JUDGE_MODULE)
+    (folder / "short.yaml").write_text("defaults:\n  - /schema/judge/short@_here_\n  - _self_\n")
+    res = run_py(
+        """
+        import json
+        from ablate.cli import preflight
+        from ablate.compose import compose
+        from ablate.tasks.judges import make_judge
+
+        judge = make_judge(compose("judge=short", "model=tiny").judge, device=None, cache_root=None)
+        jobs = preflight(["judge=short", "model=tiny", "logger=none"])
+        print(json.dumps({"jobs": jobs, "scores": judge(["ab", "abcd"], ["p", "p"]), "id": judge.ID}))
+        """,
+        plugins_env(folder),
+        tmp_path,
+    )
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"jobs": 1, "scores": [-0.02, -0.04], "id": "short-v1"}
+    res = run_cli("judge=shor", "model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(folder))
+    assert "unknown judge 'shor' (choose from: reward_model, short, vader)" in res.stderr

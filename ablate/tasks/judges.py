@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
+from ablate.config import task as schemas
 from ablate.errors import ConfigError, MissingAsset
+from ablate.tasks import judge_registry
 
 log = logging.getLogger(__name__)
 
@@ -260,31 +262,52 @@ class ClassifierSafety:
 
 # ---------------------------------------------------------------------------------------------- registry
 def make_judge(cfg, *, device: torch.device, cache_root: Path | None):
-    """The gold reward of ``judge=<cfg.name>``."""
-    if cfg.name == "vader":
-        from ablate.tasks.reward import GoldReward
-
-        return GoldReward()
-    if cfg.name == "reward_model":
-        return RewardModelJudge(cfg, device=device, cache_root=cache_root)
-    raise ConfigError(f"unknown judge {cfg.name!r} (choose from: reward_model, vader)")
+    """The gold reward of ``judge=<cfg.name>`` (:mod:`ablate.tasks.judge_registry`)."""
+    return judge_registry.judge("judge", cfg.name).build(cfg, device=device, cache_root=cache_root)
 
 
 def make_safety(cfg, threshold: float, *, device: torch.device, cache_root: Path | None):
-    """The safety judge of ``safety=<cfg.name>``."""
-    if cfg.name == "profanity":
-        from ablate.tasks.safety import SafetyJudge
-
-        return SafetyJudge(threshold)
-    if cfg.name == "classifier":
-        return ClassifierSafety(cfg, threshold, device=device, cache_root=cache_root)
-    raise ConfigError(f"unknown safety judge {cfg.name!r} (choose from: classifier, profanity)")
+    """The safety judge of ``safety=<cfg.name>`` (:mod:`ablate.tasks.judge_registry`)."""
+    return judge_registry.judge("safety", cfg.name).build(
+        cfg, threshold=threshold, device=device, cache_root=cache_root
+    )
 
 
 def check(cfg) -> None:
-    """Refuse, in one line, a model judge that cannot load (missing folder, no classification head, a tokenizer
-    that does not fit its model, a missing label): before any policy loads."""
-    if cfg.judge.name == "reward_model":
-        check_classifier(cfg.judge.path, "judge.path", cfg.judge.label, need_label=True)
-    if cfg.safety.name == "classifier":
-        check_classifier(cfg.safety.path, "safety.path", cfg.safety.label, need_label=False)
+    """Refuse, in one line, a judge that cannot load (a model judge: missing folder, no classification head, a
+    tokenizer that does not fit its model, a missing label): before any policy loads."""
+    for group in judge_registry.GROUPS:
+        registered = judge_registry.judge(group, getattr(cfg, group).name)
+        if registered.check is not None:
+            registered.check(getattr(cfg, group))
+
+
+# --------------------------------------------------------------------------------------------- the built-ins
+def _vader(cfg, *, device, cache_root):
+    from ablate.tasks.reward import GoldReward
+
+    return GoldReward()
+
+
+def _profanity(cfg, *, threshold, device, cache_root):
+    from ablate.tasks.safety import SafetyJudge
+
+    return SafetyJudge(threshold)
+
+
+judge_registry.register("judge", "vader", schemas.JudgeConfig, _vader)
+judge_registry.register(
+    "judge",
+    "reward_model",
+    schemas.RewardModelJudgeConfig,
+    RewardModelJudge,
+    check=lambda cfg: check_classifier(cfg.path, "judge.path", cfg.label, need_label=True),
+)
+judge_registry.register("safety", "profanity", schemas.SafetyConfig, _profanity)
+judge_registry.register(
+    "safety",
+    "classifier",
+    schemas.ClassifierSafetyConfig,
+    ClassifierSafety,
+    check=lambda cfg: check_classifier(cfg.path, "safety.path", cfg.label, need_label=False),
+)
