@@ -56,10 +56,7 @@ class FidelityProbe:
     device: torch.device
     pair_batches: list[TokenBatch] | None = None  # DPO: algo.batch_size pairs each, [chosen; rejected]
     prompts: list[str] | None = None  # GRPO/PPO: the training prompts (the first batch's come first)
-    reward: object = None  # GRPO/PPO: the gold reward, texts -> scores
-    max_new_tokens: int = 48
-    max_sentences: int | None = None  # the task's stop rule for the fresh samples (ablate.stop_rule)
-    seed: int = 0
+    seed: int = 0  # seeds an online trainer's fresh first batch (its rollouts)
     _true_margins: torch.Tensor | None = field(default=None, repr=False)  # the judge is frozen: computed once
 
     # ------------------------------------------------------------------------------------------------ truth
@@ -144,7 +141,7 @@ class FidelityProbe:
 
 def probe_for(cfg, inputs, *, algo, pair_batches=None, prompts=None) -> FidelityProbe:
     """A probe over a run's inputs (:class:`ablate.inputs.RunInputs`) for the settings ``algo``: the judge is the
-    run's frozen SFT copy, the precision the policy's training precision, the reward the gold one."""
+    run's frozen SFT copy, the precision the policy's training precision."""
     return FidelityProbe(
         judge=inputs.frozen_copy(),
         tokenizer=inputs.tokenizer,
@@ -153,9 +150,6 @@ def probe_for(cfg, inputs, *, algo, pair_batches=None, prompts=None) -> Fidelity
         device=inputs.device,
         pair_batches=pair_batches,
         prompts=prompts,
-        reward=inputs.reward,
-        max_new_tokens=cfg.task.max_new_tokens,
-        max_sentences=cfg.task.max_sentences,
         seed=cfg.seed,
     )
 

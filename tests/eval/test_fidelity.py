@@ -54,8 +54,6 @@ def _probe(tiny_source, tokenizer, cfg) -> FidelityProbe:
         device=CPU,
         pair_batches=pair_batches(tokenizer, PAIRS, cfg.algo.batch_size, 128) if dpo else None,
         prompts=None if dpo else PROMPTS,
-        reward=GoldReward(),
-        max_new_tokens=8,
     )
 
 
