@@ -167,12 +167,11 @@ def check_config(cfg) -> None:
 def check_task(cfg) -> None:
     """The task's data and the judges, read and checked before any model loads: ``task=dataset``'s file (every
     row; :mod:`ablate.tasks.dataset`), a model judge's folder (:func:`ablate.tasks.judges.check`)."""
-    from ablate.tasks import judges
+    from ablate.tasks import judges, task_registry
 
-    if cfg.task.name == "dataset":
-        from ablate.inputs import task_data
-
-        task_data(cfg)
+    check = task_registry.task(cfg.task.name).check
+    if check is not None:
+        check(cfg)
     judges.check(cfg)
 
 

@@ -23,12 +23,10 @@ from ablate.paths import config_dir
 CONFIG_NAME = "config"
 _session = {"open": False}  # whether a hydra_session is open in this process (nested ones reuse it)
 
-# each group's option schemas, stored as schema/<group>/<the schema's name default>; reference regimes and
-# algorithms store their own (ablate.refs.register, ablate.algos.registry.register) and one schema serves every
-# logger option
+# each group's option schemas, stored as schema/<group>/<the schema's name default>; reference regimes, algorithms,
+# tasks and judges store their own (their registries' register) and one schema serves every logger option
 OPTION_SCHEMAS = {
     "model": (C.SmolLM2ModelConfig, C.TinyModelConfig, C.HFModelConfig),
-    "task": (C.TaskConfig, C.DatasetTaskConfig),
 }
 
 
@@ -48,10 +46,12 @@ def register_configs() -> None:
     from ablate.lists import register_resolvers
     from ablate.presets import register_presets
     from ablate.tasks.judge_registry import load_all as load_judges
+    from ablate.tasks.task_registry import load_all as load_tasks
     from ablate.workers import register_resolver
 
     load_all()  # each algorithm module registers schema/algo/<name>
     load_judges()  # each judge module registers schema/judge/<name> or schema/safety/<name>
+    load_tasks()  # each task module registers schema/task/<name>
     plugins.store_options()
 
     cs = ConfigStore.instance()

@@ -60,10 +60,13 @@ def export(out: Path, overrides: list[str]) -> str:
     from ablate.cli import check_config
     from ablate.compose import compose
     from ablate.inputs import RunInputs
+    from ablate.tasks import task_registry
 
     cfg = compose(*overrides, "logger=none")
-    if cfg.task.name == "dataset":
-        raise ConfigError("export writes a built-in task's data (task=sentiment); task=dataset already is a file")
+    if task_registry.task(cfg.task.name).is_data:
+        raise ConfigError(
+            f"export writes a generated task's data (task=sentiment); task={cfg.task.name} already is a file"
+        )
     check_config(cfg)
     inputs = RunInputs.build(cfg)
     pairs, _, _ = inputs.pairs(cfg)

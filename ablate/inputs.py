@@ -17,12 +17,11 @@ from ablate.models.loading import ModelSource, load_model, load_tokenizer, resol
 from ablate.paths import cache_root
 from ablate.refs.base import RefContext, Reference, regime_class
 from ablate.refs.model_backed import ModelReference, freeze
-from ablate.tasks.dataset import TaskData, drop_long_prompts, load_task
-from ablate.tasks.heldout import heldout_texts
+from ablate.tasks import task_registry
+from ablate.tasks.dataset import TaskData
 from ablate.tasks.judges import make_judge, make_safety
 from ablate.tasks.pair_tokens import pair_batches
 from ablate.tasks.pairs import Pair, pairs_for_run
-from ablate.tasks.prompts import make_prompts
 
 
 @dataclass
@@ -46,23 +45,17 @@ class RunInputs:
         source = resolve_source(cfg.model, root)
         task, device = cfg.task, resolve_device(cfg.model.device)
         tokenizer = load_tokenizer(source)
-        if task.name == "dataset":
-            data = task_data(cfg)
-            drop_long_prompts(data, tokenizer, getattr(cfg.algo, "max_length", None))
-            prompts, heldout = data.prompts, data.heldout
-        else:
-            data, heldout = None, heldout_texts()
-            prompts = make_prompts(task.n_train, cfg.eval.n_prompts, task.n_test, seed=task.split_seed)
+        loaded = task_registry.task(task.name).load(cfg, tokenizer)
         return cls(
             cache_root=root,
             device=device,
             source=source,
             tokenizer=tokenizer,
-            prompts=prompts,
+            prompts=loaded.prompts,
             reward=make_judge(cfg.judge, device=device, cache_root=root),
             safety=make_safety(cfg.safety, task.unsafe_threshold, device=device, cache_root=root),
-            heldout=heldout,
-            data=data,
+            heldout=loaded.heldout,
+            data=loaded.data,
         )
 
     def load(self, **overrides) -> torch.nn.Module:
@@ -133,24 +126,3 @@ def prepare_from_pairs(reference: Reference, tokenizer, pairs: list[Pair] | None
                 "(ablate.validation.validate); a regime built by hand needs a batch size"
             )
         reference.prepare(pair_batches(tokenizer, pairs or [], rows, ctx.max_length))
-
-
-_TASK_DATA: dict[str, TaskData] = {}  # one read per process: preflight's check and the job read the same data
-
-
-def task_data(cfg: Config) -> TaskData:
-    """``task=dataset``'s data (:func:`ablate.tasks.dataset.load_task`), read once per process for the same
-    settings and the same file state."""
-    import copy
-    import json
-    from dataclasses import asdict
-
-    task = cfg.task
-    stamp = []
-    for p in (task.path, task.test_path):
-        path = Path(p).expanduser() if p else None
-        stamp.append([p, path.stat().st_size, path.stat().st_mtime_ns] if path and path.is_file() else p)
-    key = json.dumps([asdict(task), cfg.eval.n_prompts, stamp], default=str)
-    if key not in _TASK_DATA:
-        _TASK_DATA[key] = load_task(task, cfg.eval.n_prompts)
-    return copy.deepcopy(_TASK_DATA[key])

@@ -1,11 +1,11 @@
-"""Plug-ins outside the package: a reference regime or an algorithm as one module and one YAML in a folder of your
-own, named by the environment variable ``ABLATE_PLUGINS`` (docs/extending.md).
+"""Plug-ins outside the package: a reference regime, an algorithm, a task or a judge as one module and one YAML in a
+folder of your own, named by the environment variable ``ABLATE_PLUGINS`` (docs/extending.md).
 
 ``ABLATE_PLUGINS`` lists folders or importable module names, separated by ``os.pathsep`` (``:`` on Linux and macOS).
 Every module of a folder (``*.py``, but ``_*.py``) is imported, under its file's name; a module name is imported
 as it is. A module registers what it defines on import (``ablate.refs.register``, ``ablate.algos.registry.register``).
 Every ``<name>.yaml`` beside the modules (in the folder, or in the module's own folder) becomes the option ``name`` of
-the group whose schema of that name a module registered: ``ref=<name>`` or ``algo=<name>`` (:func:`store_options`).
+the group whose schema of that name a module registered: ``ref=<name>``, ``algo=<name>``, ``task=<name>``, ... (:func:`store_options`).
 
 Loading happens wherever the registries are read (importing ``ablate.refs``; ``ablate.algos.registry.load_all``),
 so a plug-in shows up everywhere a built-in does: the command line, the sweep presets, the bench, the audit and the
@@ -23,7 +23,7 @@ from pathlib import Path
 from ablate.errors import ConfigError, one_line
 
 ENV = "ABLATE_PLUGINS"
-GROUPS = ("ref", "algo", "judge", "safety")  # the groups a plug-in YAML can add an option to
+GROUPS = ("ref", "algo", "task", "judge", "safety")  # the groups a plug-in YAML can add an option to
 _loaded: dict[str, list[Path]] = {}  # entry -> the YAML files beside its modules (an entry is loaded once)
 
 
@@ -83,8 +83,8 @@ def _import_file(path: Path) -> None:
 
 
 def store_options() -> None:
-    """Store each plug-in YAML in Hydra's ConfigStore as the option of its name, in the group (``ref`` or ``algo``)
-    whose schema of that name a plug-in module registered."""
+    """Store each plug-in YAML in Hydra's ConfigStore as the option of its name, in the group (``ref``, ``algo``, ``task``,
+    ``judge``, ``safety``) whose schema of that name a plug-in module registered."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -93,7 +93,7 @@ def store_options() -> None:
         groups = [g for g in GROUPS if f"{path.stem}.yaml" in cs.list(f"schema/{g}")]
         if not groups:
             raise ConfigError(
-                f"{ENV}: {path} names no regime, algorithm or judge: register one named {path.stem!r} in a module "
+                f"{ENV}: {path} names no regime, algorithm, task or judge: register one named {path.stem!r} in a module "
                 "beside it"
             )
         cs.store(group=groups[0], name=path.stem, node=OmegaConf.load(path))

@@ -171,7 +171,7 @@ def test_the_cli_lists_a_plugin_among_the_choices(plugin_dir, tmp_path):
     [
         (lambda d: None, "ABLATE_PLUGINS: no such folder"),
         (lambda d: (d.mkdir(), (d / "broken.py").write_text("import nope_not_a_module\n")), "failed to import"),
-        (lambda d: (d.mkdir(), (d / "orphan.yaml").write_text("x: 1\n")), "names no regime, algorithm or judge"),
+        (lambda d: (d.mkdir(), (d / "orphan.yaml").write_text("x: 1\n")), "names no regime, algorithm, task or judge"),
     ],
 )
 def test_a_bad_plugin_is_one_line_before_anything_loads(tmp_path, write, says):
@@ -237,3 +237,54 @@ def test_a_plugin_judge_is_one_module_and_one_yaml(tmp_path):
     assert json.loads(res.stdout.strip().splitlines()[-1]) == {"jobs": 1, "scores": [-0.02, -0.04], "id": "short-v1"}
     res = run_cli("judge=shor", "model=tiny", cwd=tmp_path, timeout=120, env=plugins_env(folder))
     assert "unknown judge 'shor' (choose from: reward_model, short, vader)" in res.stderr
+
+
+TASK_MODULE = """
+from dataclasses import dataclass
+
+from ablate.config import TaskConfig
+from ablate.errors import ConfigError
+from ablate.tasks import task_registry
+
+
+@dataclass
+class GreetConfig(TaskConfig):
+    name: str = "greet"
+    word: str = "hello"
+
+
+def load(cfg, tokenizer):
+    t = cfg.task
+    prompts = {
+        split: [f"Say {t.word} to person {i} of the {split} set." for i in range(n)]
+        for split, n in (("train", t.n_train), ("eval", cfg.eval.n_prompts), ("test", t.n_test))
+    }
+    return task_registry.TaskInputs(prompts, heldout=["Hello there, how are you today?"])
+
+
+def check(cfg):
+    if not cfg.task.word:
+        raise ConfigError("task.word must not be empty")
+
+
+task_registry.register("greet", GreetConfig, load, check=check)
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_task_is_one_module_and_one_yaml(tmp_path):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "greet_task.py").write_text(TASK_MODULE)
+    (folder / "greet.yaml").write_text("defaults:\n  - /schema/task/greet@_here_\n  - _self_\n")
+    env = plugins_env(folder)
+    res = run_cli("task=gree", "model=tiny", cwd=tmp_path, timeout=120, env=env)
+    assert "unknown task 'gree' (choose from: dataset, greet, sentiment)" in res.stderr
+    res = run_cli("task=greet", "task.word=", "model=tiny", cwd=tmp_path, timeout=120, env=env)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == ["ablate: error: task.word must not be empty"]
+    res = run_cli("task=greet", *TINY_FAST, "hydra.run.dir=run", cwd=tmp_path, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["provenance"]["task"]["task"] == "greet"
+    samples = (tmp_path / "run" / "samples.jsonl").read_text()
+    assert "Say hello to person" in samples

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.config.task import DatasetTaskConfig
+from ablate.tasks import task_registry
 from ablate.tasks.data_files import DataError, is_local_file, read_hub, read_records, type_name
 from ablate.tasks.pairs import Pair
 from ablate.tasks.prompts import from_chat
@@ -308,3 +310,32 @@ def drop_long_prompts(data: TaskData, tokenizer, max_length: int | None) -> None
                 f"task.path={data.path}: every pair's prompt alone fills algo.max_length={max_length} tokens"
             )
         data.pairs = keep
+
+
+# ---------------------------------------------------------------------------------------------- the task
+_TASK_DATA: dict[str, TaskData] = {}  # one read per process: preflight's check and the job read the same data
+
+
+def task_data(cfg) -> TaskData:
+    """``task=dataset``'s data (:func:`load_task`) for the run config ``cfg``, read once per process for the same
+    settings and the same file state."""
+    import copy
+
+    task = cfg.task
+    stamp = []
+    for p in (task.path, task.test_path):
+        path = Path(p).expanduser() if p else None
+        stamp.append([p, path.stat().st_size, path.stat().st_mtime_ns] if path and path.is_file() else p)
+    key = json.dumps([asdict(task), cfg.eval.n_prompts, stamp], default=str)
+    if key not in _TASK_DATA:
+        _TASK_DATA[key] = load_task(task, cfg.eval.n_prompts)
+    return copy.deepcopy(_TASK_DATA[key])
+
+
+def _inputs(cfg, tokenizer) -> task_registry.TaskInputs:
+    data = task_data(cfg)
+    drop_long_prompts(data, tokenizer, getattr(cfg.algo, "max_length", None))
+    return task_registry.TaskInputs(data.prompts, data.heldout, data)
+
+
+task_registry.register("dataset", DatasetTaskConfig, _inputs, check=task_data, is_data=True)

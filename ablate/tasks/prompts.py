@@ -15,6 +15,8 @@ import random
 import string
 
 from ablate.chat import as_chat, from_chat
+from ablate.config.task import TaskConfig
+from ablate.tasks import task_registry
 
 __all__ = ["make_prompts", "prompts_fingerprint", "as_chat", "from_chat"]
 
@@ -284,3 +286,16 @@ def prompts_fingerprint(prompts: list[str]) -> str:
         if _SEP in p:
             raise ValueError("prompts must not contain NUL characters")
     return hashlib.sha256("".join(p + _SEP for p in prompts).encode("utf-8")).hexdigest()
+
+
+# -------------------------------------------------------------------------------------------- the task
+def _inputs(cfg, tokenizer) -> task_registry.TaskInputs:
+    from ablate.tasks.heldout import heldout_texts
+
+    task = cfg.task
+    return task_registry.TaskInputs(
+        make_prompts(task.n_train, cfg.eval.n_prompts, task.n_test, seed=task.split_seed), heldout_texts()
+    )
+
+
+task_registry.register("sentiment", TaskConfig, _inputs)
