@@ -246,6 +246,10 @@ def train_and_summarise(cfg: Config, folder, logger, state: JobState, extra: dic
         raise
     finally:
         summary = build_summary(state, cost_metrics(reference, state.steps), state.elapsed(), extra)
+        if reference is not None:
+            if reference.provenance:
+                summary.setdefault("provenance", {})["reference"] = reference.provenance
+            reference.close()
         folder.write_summary({k: to_python(v) for k, v in summary.items()})
         logger.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
         logger.finish(failed=state.status != "finished")

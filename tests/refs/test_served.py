@@ -1,0 +1,148 @@
+"""``ref=served`` against a real llama.cpp server (llama-cpp-python's, started by the regime on loopback): its
+log-probs are the full reference's to the engine's float tolerance, a row the server tokenizes otherwise is
+refused or skipped as configured, and a server that is down, killed or answering garbage is one line."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+import torch
+
+from ablate.refs.base import AUDIT, MissingReference, RefContext, TokenBatch, uncovered_rows
+from ablate.refs.full import FullRefConfig, FullReference
+from tests.conftest import free_port
+
+pytest.importorskip("llama_cpp")
+
+from ablate.refs.served import ServedRefConfig, ServedReference  # noqa: E402
+from ablate.serving.client import ServerError  # noqa: E402
+
+CHATS = [("Review the film in one line.", "It was a wonderful, moving story."), ("Describe the plot.", "Dull.")]
+
+
+def chat_batch(tokenizer, chats=CHATS, left=False) -> TokenBatch:
+    """Chat-formatted prompt + response rows (each starts with the template's BOS), padded right (or left)."""
+    rows, masks = [], []
+    for prompt, response in chats:
+        p = list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                               tokenize=True, return_dict=True)["input_ids"])  # fmt: skip
+        r = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + r)
+        masks.append([0] * len(p) + [1] * len(r))
+    return pad(tokenizer, rows, masks, left)
+
+
+def pad(tokenizer, rows, masks, left=False) -> TokenBatch:
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    att, comp = torch.zeros_like(ids), torch.zeros_like(ids)
+    for i, (row, m) in enumerate(zip(rows, masks)):
+        cut = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, cut], att[i, cut], comp[i, cut] = torch.tensor(row), 1, torch.tensor(m)
+    return TokenBatch(ids, att, comp)
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_source, tokenizer, cache_root):
+    from ablate.models.loading import load_model
+
+    cpu = torch.device("cpu")
+    return RefContext(
+        model_dir=str(tiny_source.path), model_fingerprint=tiny_source.fingerprint, tokenizer=tokenizer, device=cpu,
+        load_model=lambda **kw: load_model(tiny_source, cpu, **kw), cache_root=str(cache_root),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served(ctx):
+    ref = ServedReference(ServedRefConfig(mismatch="skip", threads=1), ctx)
+    yield ref
+    ref.close()
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+@pytest.mark.parametrize("left", [False, True])
+def test_logprobs_are_the_full_references_to_float_tolerance(served, ctx, tokenizer, left):
+    batch = chat_batch(tokenizer, left=left)
+    full = FullReference(FullRefConfig(), ctx).logprobs(batch)
+    got = served.logprobs(batch)
+    mask = batch.target_mask
+    assert (got[~mask] == 0).all() and (got[mask] < 0).all()
+    assert (got[mask] - full[mask]).abs().max() < 1e-3  # the engine's float32 kernels
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_training_calls_are_counted_audits_are_not(served, tokenizer):
+    batch = chat_batch(tokenizer)
+    before = served.cost().extra["requests"]
+    served.logprobs(batch, purpose=AUDIT)
+    assert served.cost().extra["requests"] == before
+    served.logprobs(batch)
+    extra = served.cost().extra
+    assert extra["requests"] == before + 2 * 2  # a tokenization and an echo per row
+    assert extra["wire_bytes"] > 0 and extra["server_rss_bytes"] > 0 and served.cost().bytes_held == 0
+    assert served.provenance["engine"].startswith("llama-cpp-python")
+
+
+def non_canonical_batch(tokenizer) -> TokenBatch:
+    """A row whose response is split into tokens its text never tokenizes to (a sampled response can be)."""
+    batch = chat_batch(tokenizer, CHATS[:1])
+    ids, comp = batch.input_ids[0].tolist(), batch.completion_mask[0].tolist()
+    start = comp.index(1)
+    word = tokenizer(" wonderful", add_special_tokens=False)["input_ids"]
+    split = [tokenizer.convert_tokens_to_ids(t) for t in ("Ġwon", "der", "ful")]
+    assert len(word) == 1 and all(t != tokenizer.unk_token_id for t in split), (word, split)
+    row = ids[:start] + split + ids[start:]
+    return pad(tokenizer, [row, ids], [comp[:start] + [1, 1, 1] + comp[start:], comp])
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_a_row_the_server_tokenizes_otherwise_is_skipped_or_refused(served, ctx, tokenizer):
+    batch = non_canonical_batch(tokenizer)
+    before = served.mismatch_rows
+    got = served.logprobs(batch)
+    assert uncovered_rows(got).tolist() == [True, False] and served.mismatch_rows == before + 1
+    strict = ServedReference(ServedRefConfig(url=served.server.url, mismatch="error"), ctx)
+    with pytest.raises(MissingReference, match="tokenizes row 0 otherwise"):
+        strict.logprobs(batch)
+    assert uncovered_rows(strict.logprobs(batch, purpose=AUDIT)).tolist() == [True, False]  # an audit reports it
+
+
+def test_a_server_that_is_down_is_one_line(ctx):
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError, match=rf"server {url}/v1/models: cannot connect .*2 tries \(ref.retries=1\)"):
+        ServedReference(ServedRefConfig(url=url, retries=1, timeout_s=2), ctx)
+
+
+class Garbage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": [{"id": "m"}]}' if self.path == "/v1/models" else b"{not json")
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_answering_garbage_is_one_line_and_no_value_is_used(ctx):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(ServerError, match="/extras/tokenize: an answer that is not JSON, 2 tries"):
+            ServedReference(ServedRefConfig(url=url, retries=1, timeout_s=2), ctx)
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_a_killed_server_is_one_line(ctx, tokenizer):
+    ref = ServedReference(ServedRefConfig(threads=1, retries=1, timeout_s=5), ctx)
+    ref.server.process.kill()
+    ref.server.process.wait()
+    with pytest.raises(ServerError, match="cannot connect"):
+        ref.logprobs(chat_batch(tokenizer))
