@@ -18,7 +18,7 @@ from ablate import cli
 from ablate.errors import AblateError, MissingAsset
 
 NO_CUDA = not torch.cuda.is_available()
-REFS = "cached, distilled, ema, full, int8, nf4, none, shared, snapshot, topk, trdpo_hard, trdpo_soft"
+REFS = "cached, distilled, ema, full, int8, nf4, none, offload, shared, snapshot, topk, trdpo_hard, trdpo_soft"
 
 BAD = [
     # unknown options of every group, of a launcher, of a sweep preset

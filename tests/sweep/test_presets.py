@@ -30,7 +30,7 @@ def test_every_preset_job_composes_and_validates(name):
 
 
 def test_presets_combine_and_the_command_line_wins():
-    assert len(_job_overrides(["-m", "+sweep=[regimes,seeds]"])) == 30
+    assert len(_job_overrides(["-m", "+sweep=[regimes,seeds]"])) == 33
     jobs = _job_overrides(["-m", "+sweep=regimes", "ref=full,none"])  # a command-line sweep replaces the grid's
     assert sorted(j[0] for j in jobs) == ["ref=full", "ref=none"]
     assert all("+sweep=regimes" in j for j in jobs)

@@ -101,8 +101,8 @@ def test_job_overrides_count_and_a_single_job_is_no_array(tmp_path):
 def test_a_preset_sweep_folder_is_used(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = render("regimes", [])
-    assert p.jobs == 10
-    assert _sbatch(p.script)["array"] == "0-9%10"
+    assert p.jobs == 11
+    assert _sbatch(p.script)["array"] == "0-10%11"
     assert p.script.rstrip().endswith(f"-m submitit.core._submit {tmp_path}/runs/sweeps/regimes/.submitit/%j")
     assert "time of this preview" not in p.header()  # a fixed folder: the real run's paths are these
     assert "time of this preview" in render("seeds", []).header()  # runs/sweep_${now:...}
