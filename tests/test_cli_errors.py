@@ -16,6 +16,7 @@ import torch
 
 from ablate import cli
 from ablate.errors import AblateError, MissingAsset
+from ablate.refs import REGISTRY
 
 NO_CUDA = not torch.cuda.is_available()
 REFS = ", ".join(sorted(REGISTRY))  # the registry is the one list (tests/refs/test_listing.py pins its order)

@@ -19,7 +19,20 @@ import pytest
 from tests.conftest import REPO, TINY_FAST, run_cli
 
 DOC = REPO / "docs" / "extending.md"
-BUILTIN = ["full", "int8", "nf4", "shared", "cached", "topk", "served", "distilled", "ema", "snapshot", "none"]
+BUILTIN = [
+    "full",
+    "offload",
+    "int8",
+    "nf4",
+    "shared",
+    "cached",
+    "topk",
+    "served",
+    "distilled",
+    "ema",
+    "snapshot",
+    "none",
+]
 
 ALGO_MODULE = """
 from dataclasses import dataclass

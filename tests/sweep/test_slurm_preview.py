@@ -13,6 +13,7 @@ import pytest
 
 from ablate import presets
 from ablate.errors import ConfigError
+from ablate.refs import regime_names
 from ablate.sweep.__main__ import main
 from ablate.sweep.slurm_preview import render
 from tests.conftest import REPO
@@ -101,8 +102,9 @@ def test_job_overrides_count_and_a_single_job_is_no_array(tmp_path):
 def test_a_preset_sweep_folder_is_used(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = render("regimes", [])
-    assert p.jobs == 10
-    assert _sbatch(p.script)["array"] == "0-9%10"
+    n = len(regime_names("sweep"))
+    assert p.jobs == n
+    assert _sbatch(p.script)["array"] == f"0-{n - 1}%{n}"
     assert p.script.rstrip().endswith(f"-m submitit.core._submit {tmp_path}/runs/sweeps/regimes/.submitit/%j")
     assert "time of this preview" not in p.header()  # a fixed folder: the real run's paths are these
     assert "time of this preview" in render("seeds", []).header()  # runs/sweep_${now:...}
