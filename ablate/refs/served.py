@@ -11,7 +11,8 @@ moved off the trainer's process is served in OpenRLHF- or verl-style setups.
 - llama-cpp-python's server takes text, not token ids: each sequence is sent as the policy tokenizer's decoding,
   and the server's own tokenization of it (``/extras/tokenize``) must give back the policy's ids, token for token,
   before its log-probs are used. A sequence it tokenizes otherwise (a sampled response whose tokens are not the
-  canonical split of its text) follows ``ref.mismatch``: ``error``, or ``skip`` (no reference term for that row:
+  canonical split of its text), or a row that does not start with BOS (the server's echo aligns log-probs with
+  tokens only after one), follows ``ref.mismatch``: ``error``, or ``skip`` (no reference term for that row:
   zero penalty, zero KL, zero gradient, as ``ref=cached``'s ``miss=skip``; online algorithms only), counted in
   ``ref_mismatch_rows``. A served vocabulary other than the policy's is refused in one line before training.
 - The echoed log-probs are the server's float32 values of each scored token (exact for that token, like ``topk``'s
@@ -187,6 +188,11 @@ class ServedReference(Reference):
             tok.apply_chat_template(probe, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         )
         ids += tok("It was wonderful; truly, 10/10!", add_special_tokens=False)["input_ids"]
+        if tok.bos_token_id is None or ids[0] != tok.bos_token_id:
+            raise ConfigError(
+                "ref=served: the policy's chat template does not start with its BOS token, which llama-cpp-python's "
+                "echo needs to align log-probs with tokens: serve it through an engine that takes token ids (ref.url)"
+            )
         got = self.client.tokenize(tok.decode(ids))
         if got != ids:
             raise ConfigError(
@@ -200,14 +206,15 @@ class ServedReference(Reference):
         """The server's log-prob of each token ``ids[j]`` (``j`` in ``targets``) given ``ids[:j]``; None when the
         server tokenizes the text otherwise."""
         tok = self.ctx.tokenizer
+        bos = tok.bos_token_id
         text = tok.decode(ids)
-        if self.client.tokenize(text) != ids:
+        if ids[0] != bos or self.client.tokenize(text) != ids:
             return None
         answer = self.client.echo(text)
-        bos = tok.bos_token_id
-        # llama-cpp-python lists every token after a leading BOS, skipping BOS tokens, then the one new token
-        listed = [j for j in range(1 if ids and ids[0] == bos else 0, len(ids)) if ids[j] != bos]
-        if ids[0] != bos or len(answer.token_logprobs) != len(listed) + 1:
+        # llama-cpp-python lists every token after the leading BOS but BOS tokens, then the one new token (its
+        # echo pairs the k-th listed token with the k-th position's scores: aligned only after a leading BOS)
+        listed = [j for j in range(1, len(ids)) if ids[j] != bos]
+        if len(answer.token_logprobs) != len(listed) + 1:
             raise MissingReference(
                 f"ref=served: the server listed {len(answer.token_logprobs)} log-probs for {len(listed)} tokens "
                 "(it must echo every token after a leading BOS)"
