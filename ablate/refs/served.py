@@ -177,7 +177,7 @@ class ServedReference(Reference):
         weakref.finalize(self, self.server.stop)
         self.provenance.update(
             engine=engine.version(), model=str(path), model_bytes=path.stat().st_size, threads=threads,
-            startup_s=round(self.server.startup_s, 2), log=str(log_path),
+            port=self.server.port, startup_s=round(self.server.startup_s, 2), log=str(log_path),
         )  # fmt: skip
 
     def _check_tokenizer(self) -> None:
