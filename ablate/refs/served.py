@@ -273,6 +273,19 @@ class ServedReference(Reference):
         )
         return cost
 
+    def state_dict(self) -> dict:
+        # the training counters, so that a resumed job's figures are the whole job's (as forward_calls)
+        return {
+            **super().state_dict(),
+            "training": dataclasses.asdict(self.training),
+            "mismatch_rows": self.mismatch_rows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.training = dataclasses.replace(self.training, **state.get("training", {}))
+        self.mismatch_rows = int(state.get("mismatch_rows", 0))
+
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()

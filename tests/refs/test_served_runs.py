@@ -111,3 +111,6 @@ def test_a_killed_server_mid_run_is_one_line_and_a_rerun_resumes(tmp_path):
     s = summary(out)
     assert_served(s)
     assert s["steps"] == 4 and s["resumed_from_step"] >= 1
+    # the server's counters cover the whole job, as an uninterrupted run's: 8 rows, the first attempt's from its
+    # checkpoint (what it did after the checkpoint is redone)
+    assert s["ref_requests"] == 2 * 8 - s["ref_mismatch_rows"]
