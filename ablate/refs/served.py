@@ -181,7 +181,7 @@ class ServedReference(Reference):
         weakref.finalize(self, self.server.stop)
         self.provenance.update(
             engine=engine.version(), model=str(path), model_bytes=path.stat().st_size, threads=threads,
-            startup_s=round(self.server.startup_s, 2), log=str(log_path),
+            port=self.server.port, startup_s=round(self.server.startup_s, 2), log=str(log_path),
         )  # fmt: skip
 
     def _check_tokenizer(self) -> None:
@@ -281,6 +281,19 @@ class ServedReference(Reference):
             retries=s.retries,
         )
         return cost
+
+    def state_dict(self) -> dict:
+        # the training counters, so that a resumed job's figures are the whole job's (as forward_calls)
+        return {
+            **super().state_dict(),
+            "training": dataclasses.asdict(self.training),
+            "mismatch_rows": self.mismatch_rows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.training = dataclasses.replace(self.training, **state.get("training", {}))
+        self.mismatch_rows = int(state.get("mismatch_rows", 0))
 
     def close(self) -> None:
         if self.server is not None:
