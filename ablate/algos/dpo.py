@@ -57,6 +57,7 @@ def _dpo_trainer_cls():
     class RegimeDPOTrainer(trl_fence.dpo_base()):
         def __init__(self, *args, reference: Reference, loss: LossOptions = LossOptions(), **kwargs):
             self.reference = reference
+            self.prefetched = False  # the pass's batches handed to a regime that asks ahead
             self.loss_options = loss
             self.simpo = loss.simpo
             super().__init__(*args, **kwargs)
@@ -68,7 +69,11 @@ def _dpo_trainer_cls():
 
         def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
             """The regime's summed reference log-probs of the chosen and rejected responses (plus SimPO's
-            margin under ``algo.loss_type=simpo``)."""
+            margin under ``algo.loss_type=simpo``). At the first, a regime that asks ahead is handed the pass's
+            batches in the loader's order (``Reference.prefetch``)."""
+            if self.reference.prefetches and not self.prefetched:
+                self.prefetched = True
+                self.reference.prefetch(_tokens(b) for b in loss_probe.planned_train_batches(self))
             return self.reference_slot(_tokens(inputs), self.reference.logprobs(_tokens(inputs)).sum(dim=1))
 
         def reference_slot(self, batch: TokenBatch, ref_sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

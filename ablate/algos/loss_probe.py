@@ -78,6 +78,22 @@ def first_train_batch(trainer) -> dict:
     return batch  # GRPO's rows: prompts, collated as a list
 
 
+def planned_train_batches(trainer) -> list[dict]:
+    """The batches of the training loop's current pass over its data, in the order its loader will yield them,
+    collated as :func:`first_train_batch` collates the first (for a reference that asks ahead: ``Reference.prefetch``).
+    Listing a whole pass moves a seedable sampler to its next epoch: its epoch is put back."""
+    loaders = trainer.accelerator._dataloaders
+    loader = loaders[-1] if loaders else trainer.get_train_dataloader()
+    sampler = getattr(loader.batch_sampler, "sampler", None)
+    epoch = getattr(sampler, "epoch", None)
+    try:
+        order = list(iter(loader.batch_sampler))
+    finally:
+        if epoch is not None:
+            sampler.set_epoch(epoch)
+    return [loader.collate_fn([loader.dataset[i] for i in indices]) for indices in order]
+
+
 def _base(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 

@@ -132,13 +132,15 @@ class PPOTrainer:
     def rollout(self, step: int) -> dict:
         sb = self._sample(step)
         batch = sb.batch.to(self.device)
-        raw = self.reference.logprobs(batch) if self.reference.has_reference else None
-        return self._scored(sb, raw)
+        if not self.reference.has_reference:
+            return self._scored(sb, None)
+        self.reference.prefetch([batch])  # a far reference answers while the policy scores the rollout
+        return self._scored(sb, lambda: self.reference.logprobs(batch))
 
     @torch.no_grad()
     def _scored(self, sb: SampledBatch, raw: torch.Tensor | None) -> dict:
-        """A rollout's training data from its samples and the reference's log-probs of them (``raw``; NaN rows:
-        no reference term; None: no reference)."""
+        """A rollout's training data from its samples and the reference's log-probs of them (``raw``, or a function
+        that returns them, called after the policy's own forward; NaN rows: no reference term; None: no reference)."""
         batch = sb.batch.to(self.device)
         mask = batch.target_mask.float()
         scores = torch.tensor(self.score_fn(sb), dtype=torch.float32, device=self.device)
@@ -146,6 +148,7 @@ class PPOTrainer:
         self.model.eval()
         old_logp, old_values = self._forward(batch)
         self.model.train(was_training)
+        raw = raw() if callable(raw) else raw
         if raw is not None:  # rows it has no term for (NaN) become old_logp: zero KL and penalty
             raw = raw.to(old_logp.dtype)  # NaN rows: kept for the loss placement
             ref_logp = fill_uncovered(raw, old_logp)

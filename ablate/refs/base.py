@@ -102,6 +102,8 @@ class Reference(ABC):
     #: True when the regime's per-token log-probs are those of its own next-token distribution (:meth:`distribution`):
     #: the evaluator's audit then reads them off that distribution (in float64) instead of running the model again.
     logprobs_match_distribution: bool = False
+    #: True when the regime asks for training batches ahead (:meth:`prefetch`): trainers then hand them over.
+    prefetches: bool = False
     #: True when the regime has a next-token distribution (:meth:`distribution`: ``_distribution`` implemented).
     has_distribution: ClassVar[bool] = False
     #: Packages the regime needs beyond the base install: import name -> (pip requirement, who needs it).
@@ -183,6 +185,11 @@ class Reference(ABC):
             if purpose == TRAINING:
                 self._cost.forward_s += time.perf_counter() - t0
                 self._cost.forward_calls += 1
+
+    def prefetch(self, batches: Iterable[TokenBatch]) -> None:
+        """Training will ask for these batches' log-probs soon, in this order: a regime whose reference is far away
+        (``ref=served``) may ask for them in the background, so that its latency hides behind training. What
+        training receives never depends on it. No-op by default."""
 
     def reads(self, model: torch.nn.Module) -> bool:
         """True when the regime's reference *is* ``model`` (the same object, only read): its scores are then

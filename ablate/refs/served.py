@@ -57,6 +57,7 @@ class ServedRefConfig(RefConfig):
     retries: int = 3  # per request, after the first try
     threads: int | None = None  # the server's threads (None: half the cores)
     n_ctx: int = 2048  # the server's context: the longest sequence it can score
+    prefetch: int = 2  # training batches asked for ahead, in a background thread (0: none; Reference.prefetch)
     startup_timeout_s: float = 180.0
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class ServedRefConfig(RefConfig):
         )
         require(self.timeout_s > 0, f"ref.timeout_s must be > 0, got {self.timeout_s}")
         require(self.retries >= 0, f"ref.retries must be >= 0, got {self.retries}")
+        require(self.prefetch >= 0, f"ref.prefetch must be >= 0, got {self.prefetch}")
         require(self.n_ctx >= 16, f"ref.n_ctx must be >= 16, got {self.n_ctx}")
         require(self.threads is None or self.threads >= 1, f"ref.threads must be >= 1 or null, got {self.threads}")
         if self.quant is not None:
@@ -134,6 +136,13 @@ class ServedReference(Reference):
         self.client = Client(self.server.url if self.server else cfg.url, cfg.model, cfg.timeout_s, cfg.retries)
         self.client.models()  # answers at all: else one line now, not at step 1
         self._check_tokenizer()
+        self.prefetcher = self.background = None
+        if cfg.prefetch:
+            from ablate.serving.prefetch import Prefetcher
+
+            self.background = Client(self.client.url, cfg.model, cfg.timeout_s, cfg.retries)  # its own session
+            self.prefetcher = Prefetcher(lambda row: self._row(*row, client=self.background), cfg.prefetch)
+            self.prefetches = True
         self._cost.setup_s = time.perf_counter() - t0
         self._cost.extra["startup_s"] = self._cost.setup_s if self.server else 0.0
 
@@ -206,20 +215,22 @@ class ServedReference(Reference):
             )
 
     # --- use ---------------------------------------------------------------------------------------------
-    def _row(self, ids: list[int], targets: list[int]) -> list[float] | None:
+    def _row(self, ids: tuple[int, ...], targets: tuple[int, ...], client=None) -> list[float] | None:
         """The server's log-prob of each token ``ids[j]`` (``j`` in ``targets``) given ``ids[:j]``; None when the
         server tokenizes the text otherwise."""
+        client = client or self.client
+        ids = list(ids)
         if self.cfg.api == "vllm":  # token ids cross the wire: one value per prompt token, the first none
-            values = self.client.echo(ids).token_logprobs
+            values = client.echo(ids).token_logprobs
             if len(values) != len(ids) + 1 or any(values[j] is None for j in targets):
                 raise MissingReference(f"ref=served: the server listed {len(values)} log-probs for {len(ids)} tokens")
             return [values[j] for j in targets]
         tok = self.ctx.tokenizer
         bos = tok.bos_token_id
         text = tok.decode(ids)
-        if ids[0] != bos or self.client.tokenize(text) != ids:
+        if ids[0] != bos or client.tokenize(text) != ids:
             return None
-        answer = self.client.echo(text)
+        answer = client.echo(text)
         # llama-cpp-python lists every token after the leading BOS but BOS tokens, then the one new token (its
         # echo pairs the k-th listed token with the k-th position's scores: aligned only after a leading BOS)
         listed = [j for j in range(1, len(ids)) if ids[j] != bos]
@@ -244,17 +255,34 @@ class ServedReference(Reference):
                     now, then = getattr(self.client.stats, f.name), getattr(before, f.name)
                     setattr(self.training, f.name, getattr(self.training, f.name) + now - then)
 
+    @staticmethod
+    def _rows(batch: TokenBatch) -> list[tuple[int, tuple[int, ...], tuple[int, ...]] | None]:
+        """Each row's ``(start, ids, targets)``: its real tokens from ``start`` and the positions of its response
+        tokens among them (None: nothing to score); ``(ids, targets)`` is the row's key."""
+        out = []
+        for i in range(batch.input_ids.shape[0]):
+            start, end = real_span(batch.attention_mask[i])
+            mask = batch.completion_mask[i, start:end].tolist()
+            targets = tuple(j for j in range(1, end - start) if mask[j])
+            out.append((start, tuple(batch.input_ids[i, start:end].tolist()), targets) if targets else None)
+        return out
+
+    def prefetch(self, batches) -> None:
+        """Ask the server for these training batches' rows in the background, in this order (``ref.prefetch``
+        batches ahead of the one training is on)."""
+        if self.prefetcher is not None:
+            self.prefetcher.submit([[r[1:] for r in self._rows(b) if r is not None] for b in batches])
+
     def _score(self, batch: TokenBatch) -> torch.Tensor:
         rows, n = batch.input_ids.shape
         out = torch.zeros(rows, n - 1, dtype=torch.float32)
-        for i in range(rows):
-            start, end = real_span(batch.attention_mask[i])
-            if end - start < 2:
+        for i, row in enumerate(self._rows(batch)):
+            if row is None:
                 continue
-            ids = batch.input_ids[i, start:end].tolist()
-            mask = batch.completion_mask[i, start:end].tolist()
-            targets = [j for j in range(1, len(ids)) if mask[j]]
-            values = self._row(ids, targets) if targets else []
+            start, ids, targets = row
+            found, values = self.prefetcher.take((ids, targets)) if self.prefetcher and self.counting else (False, None)
+            if not found:
+                values = self._row(ids, targets)
             if values is None:
                 if self.counting:
                     self.mismatch_rows += 1
@@ -271,7 +299,7 @@ class ServedReference(Reference):
     # --- account -----------------------------------------------------------------------------------------
     def cost(self):
         cost = super().cost()
-        s = self.training
+        s = self.training_stats()
         cost.extra.update(
             server_rss_bytes=self.server.rss_bytes() if self.server else 0,
             requests=s.requests,
@@ -282,19 +310,33 @@ class ServedReference(Reference):
         )
         return cost
 
+    def training_stats(self):
+        """The requests made for training: the training calls' own and every background one (prefetch)."""
+        if self.background is None:
+            return self.training
+        b = self.background.stats
+        return dataclasses.replace(
+            self.training,
+            **{f.name: getattr(self.training, f.name) + getattr(b, f.name) for f in dataclasses.fields(b)},
+        )
+
     def state_dict(self) -> dict:
         # the training counters, so that a resumed job's figures are the whole job's (as forward_calls)
         return {
             **super().state_dict(),
-            "training": dataclasses.asdict(self.training),
+            "training": dataclasses.asdict(self.training_stats()),
             "mismatch_rows": self.mismatch_rows,
         }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.training = dataclasses.replace(self.training, **state.get("training", {}))
+        if self.background is not None:  # counted in training now
+            self.background.stats = type(self.background.stats)()
         self.mismatch_rows = int(state.get("mismatch_rows", 0))
 
     def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         if self.server is not None:
             self.server.stop()

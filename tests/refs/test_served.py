@@ -197,3 +197,20 @@ def test_a_token_id_api_scores_the_policys_tokens_exactly_as_sent(ctx, tokenizer
         assert ref.cost().extra["requests"] == 2 + 2  # an echo a row; the probe's /tokenize is not training's
     finally:
         server.shutdown()
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_prefetched_rows_are_the_same_values_and_training_waits_on_no_request_of_its_own(served, ctx, tokenizer):
+    first, second = chat_batch(tokenizer), chat_batch(tokenizer, [("Name a colour.", "Blue."), ("Say hi.", "Hi!")])
+    plain = [served.logprobs(b, purpose=AUDIT) for b in (first, second)]
+    ahead = ServedReference(ServedRefConfig(url=served.server.url, prefetch=1), ctx)
+    assert ahead.prefetches
+    ahead.prefetch([first, second])
+    own = ahead.client.stats.requests
+    got = [ahead.logprobs(first), ahead.logprobs(second)]
+    assert ahead.client.stats.requests == own  # every row came from the background requests
+    assert all(torch.equal(a, b) for a, b in zip(got, plain))
+    assert ahead.cost().extra["requests"] == 2 * 2 * 2  # 2 batches x 2 rows x (tokenize, echo), all for training
+    ahead.logprobs(chat_batch(tokenizer, [("Count to two.", "One, two.")]))  # not asked ahead: asked now
+    assert ahead.client.stats.requests == own + 2
+    ahead.close()
