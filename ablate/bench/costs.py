@@ -28,6 +28,10 @@ class RegimeCost:
     bf16_copy_bytes: float = float("nan")  # a bf16 full copy of the reference model: 2 bytes per parameter
     bytes_held_quantized_embeddings: float = float("nan")  # with ref.quantize_embeddings=true (int8, nf4 only)
     step_s: float = float("nan")
+    # a regime that asks ahead (Reference.prefetch): a training call's wait per one-pair step, asked on the spot
+    # and asked ahead while the policy trains on the step before (prefetch_cost)
+    spot_step_s: float = float("nan")
+    ahead_step_s: float = float("nan")
 
 
 def own_bytes(policy: torch.nn.Module, ref_bytes: float) -> float:
@@ -95,7 +99,41 @@ def regime_costs(configs: dict, pieces, batch: TokenBatch, repeats: int) -> tupl
         times = interleaved({n: (lambda r=r: r.logprobs(batch)) for n, r in refs.items()}, repeats)
     for n, t in times.items():
         costs[n].step_s = t
+    for n, ref in refs.items():
+        if ref.prefetches:
+            log.info("bench: ref=%s asked on the spot and ahead", n)
+            costs[n].spot_step_s, costs[n].ahead_step_s = prefetch_cost(ref, pieces.load(), batch)
     return list(costs.values()), refs
+
+
+def prefetch_cost(ref, policy: torch.nn.Module, batch: TokenBatch) -> tuple[float, float]:
+    """A far reference's wait per training step, one pair a step (the batch's pairs in turn): asked when training
+    needs it, then asked ahead (:meth:`~ablate.refs.base.Reference.prefetch`) while the policy does a step's own work,
+    a forward and backward on the pair. Mean seconds a training call waited, on the spot and ahead."""
+    half = batch.input_ids.shape[0] // 2
+    steps = [
+        TokenBatch(*(t[[i, i + half]] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask)))
+        for i in range(half)
+    ]
+
+    def work(step: TokenBatch) -> None:
+        policy.zero_grad(set_to_none=True)
+        policy(input_ids=step.input_ids, attention_mask=step.attention_mask).logits.float().logsumexp(
+            -1
+        ).mean().backward()
+
+    def waits() -> float:
+        total = 0.0
+        for step in steps:
+            work(step)
+            t0 = time.perf_counter()
+            ref.logprobs(step)
+            total += time.perf_counter() - t0
+        return total / len(steps)
+
+    spot = waits()  # nothing handed over: every row asked when the call comes
+    ref.prefetch(steps)
+    return spot, waits()
 
 
 def audit_cost(full_ref, policy, batch: TokenBatch, precision: str, repeats: int) -> dict[str, float]:

@@ -49,6 +49,31 @@ def quantized_embeddings_ratio(rows: pd.DataFrame, regime: str) -> float:
     return rows.loc[regime, "bytes_held_quantized_embeddings"] / rows.loc["full", "bytes_held"]
 
 
+def prefetch_lines(c: pd.DataFrame) -> list[str]:
+    """A far reference (``ref=served``) asked when training needs it and asked ahead (``ref.prefetch``)."""
+    rows = c[c["ahead_step_s"].notna()] if "ahead_step_s" in c else c[:0]
+    if rows.empty:
+        return []
+    lines = [
+        "",
+        "## A far reference asked ahead",
+        "",
+        "One pair a step, the batch's pairs in turn, the policy's forward and backward on the pair as the step's own "
+        "work: the mean time a training call waited for the reference, asked when the call comes and asked ahead "
+        "(`ref.prefetch`: a background thread asks for the next steps while the policy works). Here the server shares "
+        "this machine's cores with training; on its own machine it overlaps fully.",
+        "",
+        "| regime | wait ms / step, on the spot | asked ahead | ahead / spot |",
+        "|---|---|---|---|",
+    ]
+    for _, r in rows.iterrows():
+        lines.append(
+            f"| `{r['regime']}` | {_f(r['spot_step_s'] * 1000, '{:.1f}')} | {_f(r['ahead_step_s'] * 1000, '{:.1f}')} | "
+            f"{_f(r['ahead_step_s'] / r['spot_step_s'], '{:.2f}')} |"
+        )
+    return lines
+
+
 def quantized_embeddings_lines(c: pd.DataFrame) -> list[str]:
     """int8 and nf4 side by side with their embedding and LM head in full precision (the default) and quantised
     (``ref.quantize_embeddings=true``): bytes held, against ``full`` (the fp32 truth) and a bf16 full copy."""
@@ -212,6 +237,7 @@ def write(
         "evaluator's frozen judge, allocator slack). *x bf16*: bytes held over a bf16 full copy's (2 bytes per "
         "parameter; `full` holds fp32, 2x).",
         *quantized_embeddings_lines(c),
+        *prefetch_lines(c),
     ]
     lines += [
         "",
