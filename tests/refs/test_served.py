@@ -214,3 +214,16 @@ def test_prefetched_rows_are_the_same_values_and_training_waits_on_no_request_of
     ahead.logprobs(chat_batch(tokenizer, [("Count to two.", "One, two.")]))  # not asked ahead: asked now
     assert ahead.client.stats.requests == own + 2
     ahead.close()
+
+
+@pytest.mark.slow  # a second llama.cpp server
+def test_a_copy_quantised_by_llama_cpp_is_served_close_to_full_but_not_equal(ctx, tokenizer):
+    ref = ServedReference(ServedRefConfig(quant="q8_0", threads=1), ctx)
+    try:
+        assert ref.provenance["model"].endswith("model.gguf") and "quantized" in ref.provenance["model"]
+        batch = chat_batch(tokenizer)
+        full, got = FullReference(FullRefConfig(), ctx).logprobs(batch), ref.logprobs(batch)
+        err = (got - full)[batch.target_mask].abs()
+        assert 1e-4 < err.max() < 0.2, err.max()  # 8-bit weights: an error the F32 export does not have
+    finally:
+        ref.close()
