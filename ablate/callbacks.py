@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -47,7 +48,9 @@ class EvaluationCallback(RunCallback):
 
     def evaluate(self, step: int, final: bool = False) -> None:
         """One evaluation; ``final``: at the final evaluation's size (eval.samples_per_prompt)."""
+        t0 = time.perf_counter()
         res = self.evaluator.evaluate(self.policy(), self.reference, step, final=final, trainer=self.trainer)
+        self.state.add_eval(time.perf_counter() - t0, res.seconds)
         res.metrics = schema.complete(res.metrics)  # derived metrics of the schema, logged like the others
         metrics = {**res.metrics, **cost_metrics(self.reference, step)}
         self.folder.log_metrics(step, metrics)

@@ -121,7 +121,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
     )
     if resume is not None:
         restore(trainer, reference, resume)
-    train(trainer, resume, extra)
+    train(trainer, resume, state, extra)
     release_training_state(trainer)
     finish(cfg, trainer, callbacks[0], state, folder, logger)
     extra["sft_baseline_cache_hit"] = evaluator.baseline_cache_hit
@@ -212,14 +212,16 @@ def restore(trainer, reference: Reference, resume) -> None:
     log.info("resuming from %s (step %d)", path, saved["steps"])
 
 
-def train(trainer, resume, extra: dict[str, Any]) -> None:
+def train(trainer, resume, state, extra: dict[str, Any]) -> None:
     """Train (from the checkpoint when resuming), recording training's own peak memory (models loaded, data
     ready, evaluations inside it), the KL coefficient at the end (the controller's for PPO/GRPO, the
     fixed beta for DPO) and the bytes the loss holds beyond the reference, also when training fails."""
     measuring = reset_phase_peak()
+    state.training(True)
     try:
         trainer.train(resume_from_checkpoint=str(resume[0]) if resume is not None else None)
     finally:
+        state.training(False)
         extra["peak_rss_train_bytes"] = phase_peak_bytes(measuring)
         extra["kl_coef_final"] = float(trainer.kl_coef)
         extra["loss_extra_bytes"] = int(trainer.loss_extra_bytes)

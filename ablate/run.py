@@ -6,7 +6,7 @@ import logging
 import math
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,32 @@ class JobState:
     t0: float = 0.0  # perf_counter origin of this job, earlier attempts included
     disk_bytes: float = 0.0  # bytes earlier attempts wrote (a resumed job)
     io0: float | None = None  # this process's written bytes when this attempt started (None: not measurable)
+    eval_s: float = 0.0  # seconds in evaluations, earlier attempts included
+    eval_phases: dict[str, float] = field(default_factory=dict)  # the evaluations' seconds by phase (Evaluator)
+    train_s: float = 0.0  # seconds training, not counting the evaluations inside it: finished spans
+    train_t0: float | None = None  # perf_counter when the running span of training began
+    train_eval0: float = 0.0  # eval_s when it began
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
+
+    def add_eval(self, seconds: float, phases: dict[str, float]) -> None:
+        self.eval_s += seconds
+        for name, s in phases.items():
+            self.eval_phases[name] = self.eval_phases.get(name, 0.0) + s
+
+    def training(self, running: bool) -> None:
+        """Start (``running``) or end a span of training; the evaluations inside it are not counted."""
+        if running:
+            self.train_t0, self.train_eval0 = time.perf_counter(), self.eval_s
+        elif self.train_t0 is not None:
+            self.train_s, self.train_t0 = self.training_s(), None
+
+    def training_s(self) -> float:
+        """Seconds of training so far (optimiser steps, their data and reference calls; not evaluations)."""
+        if self.train_t0 is None:
+            return self.train_s
+        return self.train_s + time.perf_counter() - self.train_t0 - (self.eval_s - self.train_eval0)
 
     def start(self) -> None:
         """Start this attempt's clocks: wall time and bytes written continue from earlier attempts."""
@@ -72,6 +95,9 @@ class JobState:
             "last_eval": ev(self.last_eval),
             "wall_s": self.elapsed(),
             "disk_bytes_written": self.written(),
+            "train_s": self.training_s(),
+            "eval_s": self.eval_s,
+            "eval_phases_s": dict(self.eval_phases),
         }
 
     @classmethod
@@ -87,6 +113,9 @@ class JobState:
             last_eval=ev(d["last_eval"]),
             wall_s=d.get("wall_s", 0.0),
             disk_bytes=d.get("disk_bytes_written", 0.0),
+            eval_s=d.get("eval_s", 0.0),
+            eval_phases=dict(d.get("eval_phases_s", {})),
+            train_s=d.get("train_s", 0.0),
         )
 
 
@@ -107,6 +136,9 @@ def build_summary(state: JobState, cost: dict[str, float], wall_s: float, extra:
     for key, value in cost.items():  # regime-specific extras, e.g. ref_hit_rate, ref_distill_kl_heldout
         summary.setdefault(key.removeprefix("cost/"), value)
     summary["wall_s"] = wall_s
+    summary["train_s"] = state.training_s()
+    summary["eval_s"] = state.eval_s
+    summary["eval_phases_s"] = {k: round(v, 3) for k, v in state.eval_phases.items()}
     summary["peak_rss_bytes"] = peak_rss_bytes()
     summary["disk_bytes_written"] = state.written()
     reasons = dict(state.last_eval.nan_reasons) if state.last_eval is not None else {}

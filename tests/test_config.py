@@ -108,7 +108,13 @@ def test_schema_walk_accepts_every_legitimate_config(overrides):
 
 # ------------------------------------------------------------------------------ YAML holds only what differs
 # the schema a `_global_` option file's keys outside its own package are compared with
-GROUP_BASES = {"model": C.ModelConfig, "task": C.TaskConfig, "algo": C.AlgoConfig, "logger": C.LoggerConfig}
+GROUP_BASES = {
+    "model": C.ModelConfig,
+    "task": C.TaskConfig,
+    "algo": C.AlgoConfig,
+    "logger": C.LoggerConfig,
+    "eval": C.EvalConfig,
+}
 
 
 def _yaml_files() -> list[str]:

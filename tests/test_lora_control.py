@@ -20,7 +20,17 @@ TINY = [
     "eval.interval=0",
 ]
 #: what a regime's cost and the run's own bookkeeping may change
-COST = ("ref_", "wall_s", "peak_rss", "disk_bytes_written", "sft_baseline_cache_hit", "pairs_cache_hit")
+COST = (
+    "ref_",
+    "wall_s",
+    "train_s",
+    "eval_s",
+    "eval_phases_s",
+    "peak_rss",
+    "disk_bytes_written",
+    "sft_baseline_cache_hit",
+    "pairs_cache_hit",
+)
 
 
 def _run(tmp_path, ref: str) -> dict:

@@ -24,6 +24,12 @@ def test_tiny_dpo_run_end_to_end(tmp_path):
     assert summary["ref_bytes"] > 0 and summary["ref_ms_per_step"] > 0
     for key in ("win_rate", "reward_gold", "ppl", "length", "distinct_2", "unsafe_rate", "wall_s"):
         assert not math.isnan(summary[key]), key
+    # the time split: training and evaluations (3 of them) apart, the evaluations by phase, within the wall time
+    assert 0 < summary["train_s"] and 0 < summary["eval_s"]
+    assert summary["train_s"] + summary["eval_s"] < summary["wall_s"]
+    phases = summary["eval_phases_s"]
+    assert {"SFT baseline", "sampling", "KL audit", "perplexity", "fidelity"} <= set(phases)
+    assert sum(phases.values()) == pytest.approx(summary["eval_s"], rel=0.05, abs=0.05)
     # metrics.jsonl: one object per logged step, train/ eval/ kl/ cost/ sections
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     keys = set().union(*rows)

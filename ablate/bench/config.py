@@ -27,6 +27,7 @@ class BenchConfig:
     model: Any = MISSING
     task: Any = MISSING
     algo: Any = MISSING
+    eval: Any = None  # what a model preset sets of a run's evaluation (model=tiny); the runs compose their own
     seed: int = 0
     threads: int | None = None  # torch threads (None: torch's default, all cores)
     regimes: list[str] = field(default_factory=lambda: all_regimes())  # every registered one, canonical order

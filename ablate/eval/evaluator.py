@@ -67,6 +67,13 @@ class _PhaseClock:
     def __str__(self) -> str:
         return ", ".join(f"{name} {s:.0f} s" for name, s in self.laps)
 
+    def seconds(self) -> dict[str, float]:
+        """Seconds by phase (a phase timed twice: its sum)."""
+        out: dict[str, float] = {}
+        for name, s in self.laps:
+            out[name] = out.get(name, 0.0) + s
+        return out
+
 
 def sampling_seed(eval_seed: int | None, run_seed: int) -> int:
     """The evaluation's sampling seed: ``eval.seed`` when set, else ``1234 + 1000 * seed`` (each run seed has
@@ -82,6 +89,7 @@ class EvalResult:
     samples: list[dict]
     nan_reasons: dict[str, str] = field(default_factory=dict)
     final: bool = True  # the final evaluation's size (eval.samples_per_prompt), not the interim one
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase (the SFT baseline's included)
 
 
 class Evaluator:
@@ -319,7 +327,9 @@ class Evaluator:
         """Sample the policy (:meth:`samples_per_prompt` of ``final``), audit it and score it against the SFT
         baseline drawn with the same keys. ``trainer``: the run's, whose loss the fidelity audit differentiates."""
         k = self.samples_per_prompt(final)
+        clock = _PhaseClock()
         sft = self.sft_baseline(k)
+        clock.lap("SFT baseline")
         prompts = self._expanded(k)
         was_training = policy.training
         policy.eval()
@@ -327,7 +337,6 @@ class Evaluator:
         texts: list[str] = []
         chunks: list[SampledBatch] = []
         order: list[int] = []  # each audited row's place among the samples
-        clock = _PhaseClock()
         try:
             for sampled in self._sample(policy, f"eval@{step}: sampling", k):
                 for c in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
@@ -353,6 +362,7 @@ class Evaluator:
         reasons, ps = audit.reasons, audit.per_sample
         groups = [i // k for i in range(len(rewards))]  # the prompt is the unit: its k differences are one observation
         opponent = self.opponent_rewards(k)
+        clock.lap("SFT baseline")
         wr = mm.win_rate_by_group(rewards, opponent, groups)
         delta, delta_lo, delta_hi = mm.paired_delta(rewards, sft["rewards"], groups=groups)
         if self.proxy is not None:
@@ -397,4 +407,5 @@ class Evaluator:
             "truncated": [bool(x) for x in ps["truncated"]],
         }
         samples = [{"step": step, **row} for row in rows_of(columns)]
-        return EvalResult(step, metrics, samples, reasons, final)
+        clock.lap("metrics")
+        return EvalResult(step, metrics, samples, reasons, final, clock.seconds())

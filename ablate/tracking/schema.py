@@ -198,6 +198,11 @@ METRICS: list[Metric] = [
     Metric("wall_s", None, "s", "lower",
            "wall time of the job, earlier attempts of a resumed job included",
            required=True),
+    Metric("train_s", None, "s", "lower",
+           "wall time of training (optimiser steps with their data, rollouts and reference calls), without the "
+           "evaluations during it; earlier attempts of a resumed job included"),
+    Metric("eval_s", None, "s", "lower",
+           "wall time of the evaluations (step 0, interim, final), SFT baselines included; eval_phases_s splits it"),
     Metric("peak_rss_bytes", None, "bytes", "lower",
            "peak resident memory of the job's process (a reused launcher worker carries earlier jobs' peak)"),
     Metric("disk_bytes_written", None, "bytes", "lower",
@@ -224,6 +229,8 @@ JOB_KEYS: dict[str, str] = {
     "pairs_cache": "the content-addressed folder the pairs were read from or written to",
     "pairs_cache_hit": "true when the pairs came from the cache (an earlier job: same model, prompts, settings)",
     "sft_baseline_cache_hit": "true when the SFT baseline's evaluation samples came from the cache",
+    "eval_phases_s": "eval_s by phase (SFT baseline, sampling, KL audit, perplexity, fidelity, reward and safety "
+    "scores, metrics), summed over the job's evaluations",
     "peak_rss_train_bytes": "peak resident memory while training (models loaded, data ready, evaluations inside it)",
     "kl_coef_final": "the KL coefficient at the end of training (PPO/GRPO: the controller's; DPO: its fixed beta)",
 }

@@ -38,7 +38,18 @@ ALGOS = {
     "ppo": ["algo=ppo", "ref=snapshot", "ref.tau=3", "algo.minibatch_size=2", "algo.learning_rate=1e-3"],
 }
 # wall-clock figures differ between any two runs; everything else must not
-TIMING_WORDS = ("time", "wall_s", "ms_per_step", "setup_s", "runtime", "per_second", "peak_rss")
+TIMING_WORDS = (
+    "time",
+    "wall_s",
+    "train_s",
+    "eval_s",
+    "eval_phases_s",
+    "ms_per_step",
+    "setup_s",
+    "runtime",
+    "per_second",
+    "peak_rss",
+)
 OTHER = (
     "pairs_cache_hit",
     "resumed_from_step",
