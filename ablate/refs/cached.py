@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -227,6 +228,22 @@ class CachedReference(Reference):
         if missing and self.cfg.miss == "skip":
             out[missing] = torch.nan
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        # the training counters, so that a resumed job's hit rate is the whole job's (as forward_calls)
+        return {**super().state_dict(), "hits": self.hits, "misses": self.misses, "model_forwards": self.model_forwards}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.hits, self.misses = int(state.get("hits", 0)), int(state.get("misses", 0))
+        self.model_forwards = int(state.get("model_forwards", 0))
+        if self.hits or self.misses:
+            self._cost.extra.update(
+                hits=self.hits,
+                misses=self.misses,
+                hit_rate=self.hits / (self.hits + self.misses),
+                model_forwards=self.model_forwards,
+            )
 
     def _fallback_model(self) -> torch.nn.Module:
         if self._fallback is None:

@@ -177,6 +177,12 @@ def test_cached_equals_full_on_its_data_with_no_forwards(ref_ctx, full, batch, c
     assert extra["hits"] == 6 and extra["misses"] == 0 and extra["model_forwards"] == 0
     with pytest.raises(NotImplementedError):
         ref.distribution(batch)
+    # a resumed job's counters are the whole job's: they travel in the checkpoint's reference state
+    resumed = CachedReference(CachedRefConfig(miss="error"), ref_ctx)
+    resumed.prepare([batch])
+    resumed.load_state_dict(ref.state_dict())
+    resumed.logprobs(batch)
+    assert resumed.cost().extra["hits"] == 9 and resumed.cost().extra["hit_rate"] == 1.0
 
 
 def test_cached_miss_policies(ref_ctx, full, batch, cache_root, tokenizer):
