@@ -18,7 +18,11 @@ moved off the trainer's process is served in OpenRLHF- or verl-style setups.
   zero penalty, zero KL, zero gradient, as ``ref=cached``'s ``miss=skip``; online algorithms only), counted in
   ``ref_mismatch_rows``. A served vocabulary other than the policy's is refused in one line before training.
 - The echoed log-probs are the server's float32 values of each scored token (exact for that token, like ``topk``'s
-  ``keep_sampled``); the regime holds no distribution, so the evaluator's audit reads them per token.
+  ``keep_sampled``). The audit's next-token distribution comes from the same echo, asked with ``logprobs=ref.top``:
+  the top tokens and the scored one at their values, the rest of the mass spread evenly (``topk``'s bucket tail).
+  vLLM keys the top log-probs by token id (``return_tokens_as_token_ids``); llama.cpp by text, read as the one token
+  the policy's tokenizer gives that text (texts several tokens share go to the tail), after checking that the
+  server names every echoed token as the tokenizer does (docs/served.md).
 - Cost: ``ref_bytes`` in the training process is 0 (no weights held); the server's resident memory, requests and
   bytes over the wire are the regime's own figures.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -58,6 +63,7 @@ class ServedRefConfig(RefConfig):
     threads: int | None = None  # the server's threads (None: half the cores)
     n_ctx: int = 2048  # the server's context: the longest sequence it can score
     prefetch: int = 2  # training batches asked for ahead, in a background thread (0: none; Reference.prefetch)
+    top: int = 20  # the audit's next-token distribution: the top-k log-probs of each position (0: none, no kl_approx)
     startup_timeout_s: float = 180.0
 
     def __post_init__(self) -> None:
@@ -68,6 +74,7 @@ class ServedRefConfig(RefConfig):
         require(self.timeout_s > 0, f"ref.timeout_s must be > 0, got {self.timeout_s}")
         require(self.retries >= 0, f"ref.retries must be >= 0, got {self.retries}")
         require(self.prefetch >= 0, f"ref.prefetch must be >= 0, got {self.prefetch}")
+        require(self.top >= 0, f"ref.top must be >= 0, got {self.top}")
         require(self.n_ctx >= 16, f"ref.n_ctx must be >= 16, got {self.n_ctx}")
         require(self.threads is None or self.threads >= 1, f"ref.threads must be >= 1 or null, got {self.threads}")
         if self.quant is not None:
@@ -82,6 +89,8 @@ class ServedRefConfig(RefConfig):
 @register(ServedRefConfig)
 class ServedReference(Reference):
     rank = 65  # audited only when asked (ref=served): every request costs the engine's Python echo path
+    has_distribution = True  # top-k + tail (ref.top), read from the echo that also gives the sampled tokens' values
+    TAIL_FLOOR = 1e-10  # the tail's mass where the top-k's own sum to 1 in the server's float32 rounding
     EXTRA_DOCS = {
         "server_rss_bytes": "the inference server's resident memory at the end of the run (0 for ref.url: not ours to read)",
         "requests": "requests to the server for training (log-probs and tokenization)",
@@ -137,6 +146,8 @@ class ServedReference(Reference):
         self.client.models()  # answers at all: else one line now, not at step 1
         self._check_tokenizer()
         self.prefetcher = self.background = None
+        self._audited: dict = {}  # the last audited batch's rows: distribution() and logprobs() share one echo each
+        self._strings: tuple[list[str], dict[str, int]] | None = None  # llama_cpp: each id's text, unique texts
         if cfg.prefetch:
             from ablate.serving.prefetch import Prefetcher
 
@@ -218,19 +229,26 @@ class ServedReference(Reference):
     def _row(self, ids: tuple[int, ...], targets: tuple[int, ...], client=None) -> list[float] | None:
         """The server's log-prob of each token ``ids[j]`` (``j`` in ``targets``) given ``ids[:j]``; None when the
         server tokenizes the text otherwise."""
-        client = client or self.client
+        got = self._ask(ids, targets, client or self.client, 0)
+        return None if got is None else got[0]
+
+    def _ask(self, ids, targets, client, top: int) -> tuple[list[float], list[dict[int, float]] | None] | None:
+        """:meth:`_row`'s values and, with ``top``, each target position's top log-probs by token id (entries whose
+        text names no single token of the vocabulary left out)."""
         ids = list(ids)
         if self.cfg.api == "vllm":  # token ids cross the wire: one value per prompt token, the first none
-            values = client.echo(ids).token_logprobs
+            answer = client.echo(ids, top=max(top, 1), ids_as_keys=top > 0)
+            values = answer.token_logprobs
             if len(values) != len(ids) + 1 or any(values[j] is None for j in targets):
                 raise MissingReference(f"ref=served: the server listed {len(values)} log-probs for {len(ids)} tokens")
-            return [values[j] for j in targets]
+            tops = [self._by_id(answer.top_logprobs, j) for j in targets] if top else None
+            return [values[j] for j in targets], tops
         tok = self.ctx.tokenizer
         bos = tok.bos_token_id
         text = tok.decode(ids)
         if ids[0] != bos or client.tokenize(text) != ids:
             return None
-        answer = client.echo(text)
+        answer = client.echo(text, top=max(top, 1))
         # llama-cpp-python lists every token after the leading BOS but BOS tokens, then the one new token (its
         # echo pairs the k-th listed token with the k-th position's scores: aligned only after a leading BOS)
         listed = [j for j in range(1, len(ids)) if ids[j] != bos]
@@ -243,7 +261,93 @@ class ServedReference(Reference):
         out = [value.get(j) for j in targets]
         if any(v is None for v in out):
             raise MissingReference("ref=served: the server gave no log-prob for a response token (a BOS token?)")
-        return out
+        if not top:
+            return out, None
+        place = {j: k for k, j in enumerate(listed)}
+        self._check_token_texts([ids[j] for j in listed], answer.tokens[: len(listed)])
+        return out, [self._by_text(answer.top_logprobs, place[j]) for j in targets]
+
+    # --- the audit's distribution: top-k + tail --------------------------------------------------------------
+    def _by_id(self, tops: list, j: int) -> dict[int, float]:
+        """vLLM's top log-probs of position ``j``, keyed ``token_id:<id>`` (``return_tokens_as_token_ids``)."""
+        entry = tops[j] if j < len(tops) else None
+        try:
+            return {int(k.removeprefix("token_id:")): float(v) for k, v in entry.items()}
+        except (AttributeError, ValueError, TypeError):
+            raise NotImplementedError(
+                "ref=served: the server's top log-probs are not keyed by token id (return_tokens_as_token_ids): "
+                "no next-token distribution"
+            ) from None
+
+    def _texts(self) -> tuple[list[str], dict[str, int]]:
+        """llama.cpp names a token by its text (its bytes, invalid UTF-8 dropped; control tokens empty): each id's
+        text as the policy's tokenizer gives it, and the texts exactly one id has."""
+        if self._strings is None:
+            tok = self.ctx.tokenizer
+            texts = [tok.decode([i], skip_special_tokens=True).replace("\ufffd", "") for i in range(len(tok))]
+            count: dict[str, int] = {}
+            for t in texts:
+                count[t] = count.get(t, 0) + 1
+            self._strings = texts, {t: i for i, t in enumerate(texts) if count[t] == 1}
+        return self._strings
+
+    def _check_token_texts(self, ids: list[int], names: list[str]) -> None:
+        texts, _ = self._texts()
+        for i, name in zip(ids, names):
+            if texts[i] != name:
+                raise NotImplementedError(
+                    f"ref=served: the server names token {i} {name!r} where the policy's tokenizer reads "
+                    f"{texts[i]!r}: its top log-probs cannot be read as token ids (no next-token distribution)"
+                )
+
+    def _by_text(self, tops: list, k: int) -> dict[int, float]:
+        """llama.cpp's top log-probs of listed position ``k`` by token id: texts no single id has are left out
+        (their mass goes to the tail)."""
+        entry = tops[k] if k < len(tops) else None
+        if not isinstance(entry, dict):
+            raise NotImplementedError("ref=served: the server gave no top log-probs: no next-token distribution")
+        _, unique = self._texts()
+        return {unique[t]: float(v) for t, v in entry.items() if t in unique}
+
+    def _vocab_size(self) -> int:
+        from transformers import AutoConfig
+
+        return int(AutoConfig.from_pretrained(self.ctx.model_dir).vocab_size)
+
+    def _distribution(self, batch: TokenBatch) -> torch.Tensor:
+        """[B, T-1, V] log-probs at the response positions: the server's top ``ref.top`` tokens and the scored
+        token at their own values, the rest of the mass spread evenly over every other token (``topk``'s bucket
+        tail); the other positions uniform (the audit reads response positions only)."""
+        if not self.cfg.top:
+            raise NotImplementedError("ref=served with ref.top=0 asks for no top log-probs: no next-token distribution")
+        vocab = self._vocab_size()
+        rows, n = batch.input_ids.shape
+        out = torch.full((rows, n - 1, vocab), -math.log(vocab), dtype=torch.float32)
+        self._audited, other = {}, 0
+        for i, row in enumerate(self._rows(batch)):
+            if row is None:
+                continue
+            start, ids, targets = row
+            got = self._ask(ids, targets, self.client, self.cfg.top)
+            if got is None:
+                other += 1
+                continue
+            self._audited[ids, targets] = got[0]
+            for j, v, top in zip(targets, *got):
+                out[i, start + j - 1] = self._spread({**top, ids[j]: v}, vocab)
+        if other:
+            raise NotImplementedError(
+                f"ref=served: the server tokenizes {other} sampled responses otherwise than the policy: "
+                "no next-token distribution for them"
+            )
+        return out.to(self.ctx.device)
+
+    def _spread(self, known: dict[int, float], vocab: int) -> torch.Tensor:
+        mass = sum(math.exp(v) for v in known.values())
+        tail = max(1.0 - mass, self.TAIL_FLOOR)
+        row = torch.full((vocab,), math.log(tail / max(1, vocab - len(known))), dtype=torch.float32)
+        row[list(known)] = torch.tensor(list(known.values()), dtype=torch.float32)
+        return row
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         before = dataclasses.replace(self.client.stats)
@@ -281,6 +385,8 @@ class ServedReference(Reference):
                 continue
             start, ids, targets = row
             found, values = self.prefetcher.take((ids, targets)) if self.prefetcher and self.counting else (False, None)
+            if not self.counting and (ids, targets) in self._audited:  # the audit's distribution asked already
+                found, values = True, self._audited[ids, targets]
             if not found:
                 values = self._row(ids, targets)
             if values is None:

@@ -111,10 +111,13 @@ class Client:
             raise ServerError(f"server {self.url}{path}: no token list in the answer")
         return tokens
 
-    def echo(self, prompt: str | list[int], top: int = 1) -> EchoLogprobs:
+    def echo(self, prompt: str | list[int], top: int = 1, ids_as_keys: bool = False) -> EchoLogprobs:
         """The log-prob of every prompt token given the ones before it (``echo`` with ``logprobs=top``): the
-        server's completions API, one new token asked for (and dropped by the caller)."""
+        server's completions API, one new token asked for (and dropped by the caller). ``ids_as_keys``: vLLM's
+        ``return_tokens_as_token_ids``, the top log-probs keyed ``token_id:<id>`` instead of by text."""
         body = {"prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": top, "temperature": 0.0}
+        if ids_as_keys:
+            body["return_tokens_as_token_ids"] = True
         if self.model:
             body["model"] = self.model
         answer = self._request("POST", "/v1/completions", body)

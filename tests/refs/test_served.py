@@ -11,6 +11,7 @@ import threading
 import pytest
 import torch
 
+from ablate.models.logprobs import next_token_logits
 from ablate.refs.base import AUDIT, MissingReference, RefContext, TokenBatch, uncovered_rows
 from ablate.refs.full import FullRefConfig, FullReference
 from tests.conftest import free_port
@@ -85,6 +86,36 @@ def test_training_calls_are_counted_audits_are_not(served, tokenizer):
     assert extra["requests"] == before + 2 * 2  # a tokenization and an echo per row
     assert extra["wire_bytes"] > 0 and extra["server_rss_bytes"] > 0 and served.cost().bytes_held == 0
     assert served.provenance["engine"].startswith("llama-cpp-python")
+
+
+def _assert_top_k_and_tail(dist, full_logits, batch, k):
+    """At every response position: the scored token and the top entries the server named at full's values, the
+    whole a distribution (sums to 1), the rest of the mass spread evenly."""
+    full = torch.log_softmax(full_logits.double(), -1)
+    mask = batch.target_mask
+    d, f, tokens = dist.double()[mask], full[mask], batch.input_ids[:, 1:][mask]
+    assert d.logsumexp(-1).sub(0).abs().max() < 1e-5
+    rows = torch.arange(len(tokens))
+    assert (d[rows, tokens] - f[rows, tokens]).abs().max() < 1e-3
+    tail = d.median(-1).values  # most tokens are the tail's, at one value
+    named = (d - tail.unsqueeze(-1)).abs() > 1e-6
+    assert (named.sum(-1) >= k // 2).all()  # most of the top k are named by a text one token has
+    assert (d[named] - f[named]).abs().max() < 1e-3
+    assert (d.exp() * (d - f)).sum(-1).abs().max() < 0.5  # KL(stand-in || full): the tail alone, small
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_the_audits_distribution_is_the_servers_top_k_and_a_tail_from_the_same_echo(served, ctx, tokenizer):
+    batch = chat_batch(tokenizer)
+    before = served.client.stats.requests
+    dist = served.distribution(batch)
+    _assert_top_k_and_tail(dist, next_token_logits(ctx.load_model(), batch), batch, served.cfg.top)
+    asked = served.client.stats.requests - before
+    # the audit's per-token log-probs of the same rows come from those answers: no request of their own
+    got = served.logprobs(batch, purpose=AUDIT)
+    assert served.client.stats.requests - before == asked
+    at_tokens = dist.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    assert (got[batch.target_mask] == at_tokens[batch.target_mask]).all()
 
 
 def non_canonical_batch(tokenizer) -> TokenBatch:
@@ -177,7 +208,15 @@ class IdsApi(http.server.BaseHTTPRequestHandler):
         new = int(lp[-1].argmax())
         values = [None] + [float(lp[j - 1, ids[j]]) for j in range(1, len(ids))] + [float(lp[-1, new])]
         tokens = self.tokenizer.convert_ids_to_tokens([*ids, new])
-        self._send({"choices": [{"text": "", "logprobs": {"tokens": tokens, "token_logprobs": values}}]})
+        logprobs = {"tokens": tokens, "token_logprobs": values}
+        if body.get("return_tokens_as_token_ids"):  # vLLM's top log-probs keyed by id, the scored token's among them
+            scored = [*ids[1:], new]
+            top = [lp[j].topk(body["logprobs"]) for j in range(len(ids))]
+            logprobs["top_logprobs"] = [None] + [
+                {f"token_id:{i}": float(v) for v, i in zip(*t)} | {f"token_id:{s}": float(lp[j, s])}
+                for j, (t, s) in enumerate(zip(top, scored))
+            ]
+        self._send({"choices": [{"text": "", "logprobs": logprobs}]})
 
     def log_message(self, *args):
         pass
@@ -195,6 +234,8 @@ def test_a_token_id_api_scores_the_policys_tokens_exactly_as_sent(ctx, tokenizer
             assert not uncovered_rows(got).any() and (got[~mask] == 0).all()
             assert (got[mask] - full[mask]).abs().max() < 1e-4
         assert ref.cost().extra["requests"] == 2 + 2  # an echo a row; the probe's /tokenize is not training's
+        batch = chat_batch(tokenizer, left=True)
+        _assert_top_k_and_tail(ref.distribution(batch), next_token_logits(tiny_model, batch), batch, ref.cfg.top)
     finally:
         server.shutdown()
 
