@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from ablate.errors import ConfigError
+from ablate import registries
 
 #: What every builder is given: cfg, policy, tokenizer, pairs, prompts (the train split), reward, proxy
 #: (a learned reward or None), reference, callbacks, out_dir, device.
@@ -58,22 +58,17 @@ def register(
 ) -> None:
     """Register ``build`` as algorithm ``name`` and store its config ``schema`` (whose ``name`` default is ``name``)
     as ``schema/algo/<name>`` (one line at the end of each algorithm module)."""
-    from hydra.core.config_store import ConfigStore
-
     declared = next((f.default for f in fields(schema) if f.name == "name"), MISSING)
     if declared != name:
         raise TypeError(f"{schema.__name__} must give the algorithm's name {name!r} as the default of its `name` field")
     ALGORITHMS[name] = Algorithm(name, build, schema, needs_pairs, rank)
-    ConfigStore.instance().store(group="schema/algo", name=name, node=schema)
+    registries.store_schema("algo", name, schema)
 
 
 def algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name``; ConfigError (one line) for an unknown one."""
     load_all()
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ConfigError(f"unknown algorithm {name!r} (choose from: {', '.join(algorithm_names())})") from None
+    return registries.lookup(ALGORITHMS, name, "algorithm", algorithm_names())
 
 
 def algorithm_names() -> list[str]:
@@ -85,11 +80,7 @@ def algorithm_names() -> list[str]:
 def load_all() -> None:
     """Import every algorithm module; each registers itself on import: ``ablate.algos.<name>`` for each
     ``conf/algo/<name>.yaml`` that has one (a YAML may also preset another algorithm's settings), then the plug-ins."""
-    from ablate import plugins
     from ablate.paths import config_dir
 
-    for path in sorted((config_dir() / "algo").glob("*.yaml")):
-        module = f"{__package__}.{path.stem}"
-        if path.stem not in ALGORITHMS and importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-    plugins.load()
+    modules = (f"{__package__}.{path.stem}" for path in sorted((config_dir() / "algo").glob("*.yaml")))
+    registries.import_modules(m for m in modules if importlib.util.find_spec(m) is not None)

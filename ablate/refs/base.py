@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from ablate import registries
 from ablate.batch import TokenBatch
 from ablate.errors import ConfigError
 
@@ -260,12 +261,10 @@ def register(config_cls: type) -> Callable[[type[Reference]], type[Reference]]:
         raise TypeError(f"{config_cls.__name__} must give its regime's name as the default of its `name` field")
 
     def deco(cls: type[Reference]) -> type[Reference]:
-        from hydra.core.config_store import ConfigStore
-
         cls.name = name
         cls.config_cls = config_cls
         REGISTRY[name] = cls
-        ConfigStore.instance().store(group="schema/ref", name=name, node=config_cls)
+        registries.store_schema("ref", name, config_cls)
         return cls
 
     return deco
@@ -303,10 +302,7 @@ def regime_names(purpose: str = "all") -> list[str]:
 
 
 def regime_class(name: str) -> type[Reference]:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown reference regime {name!r} (choose from: {', '.join(sorted(REGISTRY))})") from None
+    return registries.lookup(REGISTRY, name, "reference regime", sorted(REGISTRY))
 
 
 def module_bytes(module: torch.nn.Module) -> int:

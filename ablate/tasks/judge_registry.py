@@ -11,12 +11,11 @@ with their prompts (one float each) and has an ``ID`` for cache keys (:mod:`abla
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.errors import ConfigError
+from ablate import registries
 
 GROUPS = ("judge", "safety")
 BUILTIN = ("ablate.tasks.judges",)  # the modules that register the built-in judges
@@ -38,28 +37,18 @@ JUDGES: dict[tuple[str, str], Judge] = {}
 
 def register(group: str, name: str, schema: type, build: Callable[..., Any], check=None) -> None:
     """Register a judge of ``group`` (judge | safety) as ``name``; its schema goes to Hydra's ConfigStore."""
-    from hydra.core.config_store import ConfigStore
-
     if group not in GROUPS:
         raise ValueError(f"a judge's group is one of {GROUPS}, got {group!r}")
     JUDGES[(group, name)] = Judge(group, name, schema, build, check)
-    ConfigStore.instance().store(group=f"schema/{group}", name=name, node=schema)
+    registries.store_schema(group, name, schema)
 
 
 def load_all() -> None:
     """Import the modules that register the built-in judges, and the plug-ins."""
-    from ablate import plugins
-
-    for module in BUILTIN:
-        importlib.import_module(module)
-    plugins.load()
+    registries.import_modules(BUILTIN)
 
 
 def judge(group: str, name: str) -> Judge:
     """The registered judge ``name`` of ``group``; ConfigError (one line) for an unknown one."""
     load_all()
-    try:
-        return JUDGES[(group, name)]
-    except KeyError:
-        names = sorted(n for g, n in JUDGES if g == group)
-        raise ConfigError(f"unknown {group} {name!r} (choose from: {', '.join(names)})") from None
+    return registries.lookup(JUDGES, (group, name), group, sorted(n for g, n in JUDGES if g == group))

@@ -11,12 +11,11 @@ the policy's perplexity is measured on, and, for a task read from data, its :cla
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.errors import ConfigError
+from ablate import registries
 
 BUILTIN = ("ablate.tasks.prompts", "ablate.tasks.dataset")  # the modules that register the built-in tasks
 
@@ -46,25 +45,16 @@ TASKS: dict[str, Task] = {}
 
 def register(name: str, schema: type, load: Callable[[Any, Any], TaskInputs], check=None, is_data: bool = False):
     """Register the task ``name``; its schema goes to Hydra's ConfigStore as ``schema/task/<name>``."""
-    from hydra.core.config_store import ConfigStore
-
     TASKS[name] = Task(name, schema, load, check, is_data)
-    ConfigStore.instance().store(group="schema/task", name=name, node=schema)
+    registries.store_schema("task", name, schema)
 
 
 def load_all() -> None:
     """Import the modules that register the built-in tasks, and the plug-ins."""
-    from ablate import plugins
-
-    for module in BUILTIN:
-        importlib.import_module(module)
-    plugins.load()
+    registries.import_modules(BUILTIN)
 
 
 def task(name: str) -> Task:
     """The registered task ``name``; ConfigError (one line) for an unknown one."""
     load_all()
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ConfigError(f"unknown task {name!r} (choose from: {', '.join(sorted(TASKS))})") from None
+    return registries.lookup(TASKS, name, "task", sorted(TASKS))
