@@ -50,7 +50,6 @@ class GrpoWideConfig(GRPOAlgoConfig):
 
 registry.register("grpo_wide", build_trainer, schema=GrpoWideConfig)
 """
-ALGO_YAML = "defaults:\n  - /schema/algo/grpo_wide@_here_\n  - _self_\n"
 
 
 def doc_files(text: str) -> dict[str, str]:
@@ -59,18 +58,28 @@ def doc_files(text: str) -> dict[str, str]:
     return {name: body for name, body in blocks}
 
 
+def plugin_folder(tmp_path, files: dict[str, str]) -> Path:
+    """A plug-in folder holding ``files`` (name -> content): a module and the YAML that names it, or several."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    for name, body in files.items():
+        (folder / name).write_text(body)
+    return folder
+
+
+def option_yaml(group: str, name: str) -> str:
+    """An option file that is its schema (``schema/<group>/<name>``) and nothing else."""
+    return f"defaults:\n  - /schema/{group}/{name}@_here_\n  - _self_\n"
+
+
 @pytest.fixture
 def plugin_dir(tmp_path) -> Path:
     """docs/extending.md's plug-in regime, written out as the page gives it, and a throw-away algorithm."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
     files = doc_files(DOC.read_text())
     assert set(files) == {"bf16_ref.py", "bf16.yaml"}, files
-    for name, body in files.items():
-        (folder / name).write_text(body)
-    (folder / "grpo_wide_algo.py").write_text(ALGO_MODULE)
-    (folder / "grpo_wide.yaml").write_text(ALGO_YAML)
-    return folder
+    return plugin_folder(
+        tmp_path, {**files, "grpo_wide_algo.py": ALGO_MODULE, "grpo_wide.yaml": option_yaml("algo", "grpo_wide")}
+    )
 
 
 def plugins_env(folder) -> dict:
@@ -229,10 +238,7 @@ judge_registry.register("judge", "short", ShortConfig, lambda cfg, *, device, ca
 
 @pytest.mark.slow
 def test_a_plugin_judge_is_one_module_and_one_yaml(tmp_path):
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    (folder / "short_judge.py").write_text(JUDGE_MODULE)
-    (folder / "short.yaml").write_text("defaults:\n  - /schema/judge/short@_here_\n  - _self_\n")
+    folder = plugin_folder(tmp_path, {"short_judge.py": JUDGE_MODULE, "short.yaml": option_yaml("judge", "short")})
     res = run_py(
         """
         import json
@@ -286,10 +292,7 @@ task_registry.register("greet", GreetConfig, load, check=check)
 
 @pytest.mark.slow
 def test_a_plugin_task_is_one_module_and_one_yaml(tmp_path):
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    (folder / "greet_task.py").write_text(TASK_MODULE)
-    (folder / "greet.yaml").write_text("defaults:\n  - /schema/task/greet@_here_\n  - _self_\n")
+    folder = plugin_folder(tmp_path, {"greet_task.py": TASK_MODULE, "greet.yaml": option_yaml("task", "greet")})
     env = plugins_env(folder)
     res = run_cli("task=gree", "model=tiny", cwd=tmp_path, timeout=120, env=env)
     assert "unknown task 'gree' (choose from: dataset, greet, sentiment)" in res.stderr
