@@ -5,7 +5,9 @@ The key holds everything that changes the stored responses and numbers: the mode
 (vocab, special tokens, chat template), the evaluation prompts, the sampling settings and seed, the device type the
 responses were drawn on, the gold reward's and the safety judge's identities, and a format version. Stored as
 JSON lines (one per prompt) with the checksum :class:`ablate.cache.CacheEntry` keeps; a corrupted entry is
-removed and the baseline sampled again.
+removed and the baseline sampled again. A single-process job also stores the sampled token batches
+(:class:`~ablate.models.sampling.SampledBatch`, ``samples.pt``): at step 0 a policy that is the SFT model draws
+exactly these, so its evaluation reads them instead of sampling again (:meth:`Evaluator.evaluate`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
+from ablate.batch import TokenBatch
 from ablate.cache import CacheEntry
+from ablate.models.sampling import SampledBatch
 from ablate.stop_rule import RULE
 from ablate.tasks.prompts import prompts_fingerprint
 
@@ -24,7 +30,8 @@ log = logging.getLogger(__name__)
 
 KIND = "sft_baselines"
 BASELINE_FILE = "baseline.jsonl"
-_FORMAT = 3  # 2: the rows per generate call in the key for every sampler; 3: samples per prompt
+SAMPLES_FILE = "samples.pt"  # the sampled token batches (single-process jobs)
+_FORMAT = 4  # 2: the rows per generate call in the key for every sampler; 3: samples per prompt; 4: the batches
 
 
 @dataclass(frozen=True)
@@ -72,15 +79,31 @@ def write_baseline(folder: Path, prompts: list[str], baseline: dict) -> None:
     with open(folder / BASELINE_FILE, "w") as f:
         for p, t, r, u in zip(prompts, baseline["texts"], baseline["rewards"], baseline["unsafe"], strict=True):
             f.write(json.dumps({"prompt": p, "text": t, "reward": r, "unsafe": u}) + "\n")
+    if baseline.get("batches") is not None:
+        torch.save([_packed(b) for b in baseline["batches"]], folder / SAMPLES_FILE)
+
+
+def _packed(b: SampledBatch) -> dict:
+    t = b.batch
+    return {
+        "prompts": b.prompts, "texts": b.texts, "lengths": b.lengths, "truncated": b.truncated,
+        "tensors": [t.input_ids, t.attention_mask, t.completion_mask],
+    }  # fmt: skip
+
+
+def _unpacked(d: dict) -> SampledBatch:
+    return SampledBatch(d["prompts"], d["texts"], TokenBatch(*d["tensors"]), d["lengths"], d["truncated"])
 
 
 def read_baseline(entry: CacheEntry) -> dict:
     """The baseline stored in a verified entry, in :meth:`Evaluator.sft_baseline`'s shape."""
     rows = [json.loads(line) for line in (entry.path / BASELINE_FILE).read_text().splitlines() if line]
+    samples = entry.path / SAMPLES_FILE
     return {
         "texts": [r["text"] for r in rows],
         "rewards": [float(r["reward"]) for r in rows],
         "unsafe": [float(r["unsafe"]) for r in rows],
+        "batches": [_unpacked(d) for d in torch.load(samples, weights_only=True)] if samples.exists() else None,
     }
 
 

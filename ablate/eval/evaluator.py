@@ -178,8 +178,29 @@ class Evaluator:
     def _sample_baseline(self, k: int, seed: int) -> dict:
         """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities
         (each process its shard's, gathered)."""
-        texts = [t for b in self._sample(self.judge, "eval: SFT baseline", k, seed) for t in b.texts]
-        return distributed.gather_rows(self._scored(texts, k))
+        batches = self._sample(self.judge, "eval: SFT baseline", k, seed)
+        baseline = distributed.gather_rows(self._scored([t for b in batches for t in b.texts], k))
+        # the token batches (this process's shard): a policy equal to the SFT model draws exactly these
+        return {**baseline, "batches": batches if distributed.world_size() == 1 else None}
+
+    def is_sft(self, policy) -> bool:
+        """True when ``policy`` is the SFT model: the judge's class, and its parameters the judge's by name, dtype and
+        value, bit for bit (step 0 of a full fine-tune; not a LoRA or value-head wrapper). It is then the same
+        function, and the evaluation reads the judge in its place (:meth:`evaluate`)."""
+        if type(policy) is not type(self.judge):
+            return False
+        mine = dict(policy.named_parameters())
+        theirs = dict(self.judge.named_parameters())
+        return mine.keys() == theirs.keys() and all(
+            p.dtype == theirs[n].dtype and torch.equal(p, theirs[n]) for n, p in mine.items()
+        )
+
+    def _policy_samples(self, model, step: int, k: int) -> list[SampledBatch]:
+        """The evaluated model's ``k`` samples per prompt: the SFT baseline's own token batches when it is the judge
+        (the same seed, keys and rows; kept by single-process jobs, cached with the baseline), else drawn now."""
+        mine = model is self.judge and distributed.world_size() == 1  # a shard's are not the cached (rank 0's)
+        batches = self.sft_baseline(k).get("batches") if mine else None
+        return batches if batches is not None else self._sample(model, f"eval@{step}: sampling", k)
 
     def _scored(self, texts: list[str], k: int) -> dict[str, list]:
         """This shard's responses (``k`` per prompt, prompt-major) with their gold rewards and unsafe probabilities
@@ -275,13 +296,14 @@ class Evaluator:
 
     def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: Audit) -> None:
         """Score one chunk of responses with the policy, the judge and the regime (:class:`Audit` accumulates). A regime
-        that reads the judge's own copy (``ref=full``) is not run again; one whose log-probs are those of its
-        distribution has them read off it (:attr:`Reference.logprobs_match_distribution`): one forward, not two."""
+        that reads the judge's own copy (``ref=full``) is not run again, nor the judge when it stands for the policy
+        (step 0: :meth:`is_sft`); a regime whose log-probs are those of its distribution has them read off it
+        (:attr:`Reference.logprobs_match_distribution`): one forward, not two."""
         batch = sb.batch.to(self.device)
         mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
         with torch.no_grad(), autocast(self.device, self.precision):
             pol = self._policy_scores(policy, batch)
-            judge = next_token_logits(self.judge, batch)
+            judge = pol if policy is self.judge else next_token_logits(self.judge, batch)
             stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch)
             from_stand_in = stand_in is not None and reference.logprobs_match_distribution
             regime_logp = None if from_stand_in else audit.regime_logprobs(reference, batch, self.precision)
@@ -337,18 +359,21 @@ class Evaluator:
         texts: list[str] = []
         chunks: list[SampledBatch] = []
         order: list[int] = []  # each audited row's place among the samples
+        # at step 0 of a full fine-tune the policy is the SFT model, bit for bit: the judge stands in for it, so its
+        # samples are the SFT baseline's (no second draw) and the audit runs one model for both
+        model = self.judge if step == 0 and self.is_sft(policy) else policy
         try:
-            for sampled in self._sample(policy, f"eval@{step}: sampling", k):
+            for sampled in self._policy_samples(model, step, k):
                 for c in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
                     order += [len(texts) + i for i in c.index]
                     chunks.append(c)
                 texts += sampled.texts
             clock.lap("sampling")
             for sb in tqdm(chunks, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
-                self._audit_batch(policy, reference, sb, audit)
+                self._audit_batch(model, reference, sb, audit)
             audit.reorder(order)  # chunks run shortest first: back to the samples' order
             clock.lap("KL audit")
-            ppl = self.perplexity(policy)
+            ppl = self.perplexity(model)
             clock.lap("perplexity")
             fidelity = self._fidelity(policy, reference, chunks, step, final, audit, trainer)
             clock.lap("fidelity")

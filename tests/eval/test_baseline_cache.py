@@ -74,6 +74,16 @@ def first(_filled, tmp_path):
     return base, tmp_path
 
 
+def _same(a: dict, b: dict) -> bool:
+    """Two baselines: the same texts, rewards and unsafe probabilities, and the same token batches, exactly."""
+    scores = lambda d: {k: v for k, v in d.items() if k != "batches"}  # noqa: E731
+    tensors = lambda d: [  # noqa: E731
+        (x.prompts, x.texts, x.lengths, x.truncated, x.batch.input_ids.tolist(), x.batch.completion_mask.tolist())
+        for x in d["batches"]
+    ]
+    return scores(a) == scores(b) and tensors(a) == tensors(b)
+
+
 def test_a_second_evaluator_loads_the_baseline_without_sampling(first, tiny_source, tokenizer):
     base, root = first
     judge = CountingJudge(tiny_source)
@@ -81,14 +91,33 @@ def test_a_second_evaluator_loads_the_baseline_without_sampling(first, tiny_sour
     again = ev.sft_baseline()
     assert ev.baseline_cache_hit is True
     assert judge.calls == 0  # nothing sampled: the judge never ran
-    assert again == base  # texts, rewards and unsafe probabilities, exactly (floats round-trip through JSON)
+    assert _same(again, base)  # texts, rewards, unsafe probabilities and token batches, exactly (JSON, torch.save)
     assert len(again["texts"]) == len(PROMPTS) and len(_entries(root)) == 1
+
+
+def test_at_step_0_a_policy_that_is_the_sft_model_reads_the_cached_token_batches(
+    first, tiny_source, tokenizer, ref_ctx
+):
+    """Nothing is sampled: the policy never runs, and the judge (standing in for it) runs once per chunk of the audit
+    and once for the perplexity; the responses are the cached baseline's."""
+    from ablate.refs.full import FullRefConfig, FullReference
+
+    base, root = first
+    judge = CountingJudge(tiny_source)
+    ev = _evaluator(tiny_source, tokenizer, judge, root)
+    assert ev.sft_baseline()["batches"] is not None and ev.baseline_cache_hit is True
+    ev.sft_baseline(1, independent=True)  # the win rate's opponent: another draw, not the one reused
+    policy = CountingJudge(tiny_source)
+    judge.calls = 0
+    res = ev.evaluate(policy.model, FullReference(FullRefConfig(), ref_ctx), step=0)
+    assert policy.calls == 0 and judge.calls == 2
+    assert [r["policy_response"] for r in res.samples] == base["texts"] and res.metrics["kl/true"] == 0.0
 
 
 def test_cached_values_equal_an_uncached_evaluators(first, tiny_source, tokenizer):
     base, _ = first
     ev = _evaluator(tiny_source, tokenizer, CountingJudge(tiny_source), None)
-    assert ev.sft_baseline() == base and ev.baseline_cache_hit is None
+    assert _same(ev.sft_baseline(), base) and ev.baseline_cache_hit is None
 
 
 @pytest.mark.parametrize(
@@ -162,10 +191,10 @@ def test_a_corrupted_entry_is_detected_and_rebuilt(first, tiny_source, tokenizer
     (entry / BASELINE_FILE).write_text('{"prompt": "x", "text": "tampered", "reward": 1.0, "unsafe": 0.0}\n')
     judge = CountingJudge(tiny_source)
     ev = _evaluator(tiny_source, tokenizer, judge, root)
-    assert ev.sft_baseline() == base
+    assert _same(ev.sft_baseline(), base)
     assert ev.baseline_cache_hit is False and judge.calls > 0  # sampled again, not served the tampered file
     again = _evaluator(tiny_source, tokenizer, CountingJudge(tiny_source), root)
-    assert again.sft_baseline() == base and again.baseline_cache_hit is True  # the rebuilt entry verifies
+    assert _same(again.sft_baseline(), base) and again.baseline_cache_hit is True  # the rebuilt entry verifies
 
 
 def test_caching_needs_the_judges_fingerprint(tiny_model, tokenizer, tmp_path):

@@ -35,6 +35,29 @@ def test_policy_equal_to_reference_has_zero_kl(evaluator, tiny_source, ref_ctx):
     assert m["eval/ppl"] > 1.0 and m["eval/length"] > 0
 
 
+def test_at_step_0_a_policy_equal_to_the_sft_model_is_evaluated_through_the_judge(evaluator, tiny_source, ref_ctx):
+    """Step 0 of a full fine-tune: the policy's weights are the judge's, so the evaluation draws no sample of its own
+    (the SFT baseline's are its own, same keys) and runs no policy forward; every figure is the policy's own
+    evaluation's. A policy that differs in one weight, or any later step, is evaluated itself."""
+    policy = load_model(tiny_source, torch.device("cpu"))
+    reference = FullReference(FullRefConfig(), ref_ctx)
+    assert evaluator.is_sft(policy)
+    policy_calls, judge_calls = _forwards(policy), _forwards(evaluator.judge)
+    at_0 = evaluator.evaluate(policy, reference, step=0)
+    assert policy_calls == []
+    baseline_draws = len(judge_calls)
+    at_1 = evaluator.evaluate(policy, reference, step=1)  # the same weights, evaluated as the policy
+    assert policy_calls and len(judge_calls) > baseline_draws
+    assert at_0.samples == [{**r, "step": 0} for r in at_1.samples]
+    same = lambda a, b: a == b or (math.isnan(a) and math.isnan(b))  # noqa: E731
+    assert all(same(at_0.metrics[k], at_1.metrics[k]) for k in at_1.metrics if not k.startswith("kl/")) and all(
+        same(at_0.metrics[k], at_1.metrics[k]) for k in ("kl/true", "kl/approx", "kl/true_k1", "kl/true_k3")
+    )
+    with torch.no_grad():
+        next(policy.parameters()).view(-1)[0] += 1e-3
+    assert not evaluator.is_sft(policy)
+
+
 def test_the_win_rate_is_against_independent_sft_samples_scored_per_prompt(evaluator, tiny_source, ref_ctx):
     policy = load_model(tiny_source, torch.device("cpu"))
     res = evaluator.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=0)
