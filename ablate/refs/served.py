@@ -249,10 +249,11 @@ class ServedReference(Reference):
         if ids[0] != bos or client.tokenize(text) != ids:
             return None
         answer = client.echo(text, top=max(top, 1))
-        # llama-cpp-python lists every token after the leading BOS but BOS tokens, then the one new token (its
-        # echo pairs the k-th listed token with the k-th position's scores: aligned only after a leading BOS)
+        # llama-cpp-python lists every token after the leading BOS but BOS tokens, then the one new token unless it
+        # ends the generation (an end-of-generation token is not listed); its echo pairs the k-th listed token with
+        # the k-th position's scores: aligned only after a leading BOS
         listed = [j for j in range(1, len(ids)) if ids[j] != bos]
-        if len(answer.token_logprobs) != len(listed) + 1:
+        if len(answer.token_logprobs) not in (len(listed), len(listed) + 1):
             raise MissingReference(
                 f"ref=served: the server listed {len(answer.token_logprobs)} log-probs for {len(listed)} tokens "
                 "(it must echo every token after a leading BOS)"

@@ -160,6 +160,52 @@ class Garbage(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class EndsGeneration(http.server.BaseHTTPRequestHandler):
+    """The real server's answers passed through, each echo without its one new token: what llama-cpp-python answers
+    when that token ends the generation (SmolLM2 after a row that ends with its end-of-turn token)."""
+
+    upstream = ""
+
+    def _relay(self, body: bytes | None) -> None:
+        import requests
+
+        headers = {"Content-Type": "application/json"} if body else None
+        r = requests.request(self.command, self.upstream + self.path, data=body, headers=headers, timeout=60)
+        answer = r.json()
+        if self.path == "/v1/completions":
+            lp = answer["choices"][0]["logprobs"]
+            for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                lp[key] = lp[key][:-1]
+        out = json.dumps(answer).encode()
+        self.send_response(r.status_code)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self):
+        self._relay(None)
+
+    def do_POST(self):
+        self._relay(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_an_echo_without_its_new_token_is_read_the_same(served, ctx, tokenizer):
+    EndsGeneration.upstream = served.client.url
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndsGeneration)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        ref = ServedReference(ServedRefConfig(url=f"http://127.0.0.1:{proxy.server_address[1]}", prefetch=0), ctx)
+        batch = chat_batch(tokenizer)
+        assert torch.equal(ref.logprobs(batch), served.logprobs(batch, purpose=AUDIT))
+        assert torch.equal(ref.distribution(batch), served.distribution(batch))
+    finally:
+        proxy.shutdown()
+
+
 def test_a_server_answering_garbage_is_one_line_and_no_value_is_used(ctx):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
     threading.Thread(target=server.serve_forever, daemon=True).start()
