@@ -39,8 +39,9 @@ class Audit:
             return None
         try:
             return reference.distribution(batch)
-        except NotImplementedError as e:
+        except NotImplementedError as e:  # also after earlier chunks had one (ref=served): none for the evaluation
             self.reasons["kl_approx"] = str(e)
+            self.per_sample["kl_approx"] = []
             return None
 
     def regime_logprobs(self, reference: Reference, batch: TokenBatch, precision: str) -> torch.Tensor | None:

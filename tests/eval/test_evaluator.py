@@ -173,6 +173,26 @@ def test_no_reference_reports_nan_stand_in_with_reasons(evaluator, tiny_source, 
         assert math.isnan(m[f"kl/{key.removeprefix('kl_')}"]) and "stand-in" in res.nan_reasons[key], key
 
 
+def test_a_distribution_lost_after_the_first_chunk_is_nan_for_the_whole_evaluation(evaluator, tiny_source, ref_ctx):
+    """A regime that has a distribution for some chunks only (``ref=served``: a response the server tokenizes
+    otherwise) gives no stand-in divergence at all, with its reason; every other figure as usual."""
+
+    class Partly(FullReference):
+        calls = 0
+
+        def _distribution(self, batch):
+            Partly.calls += 1
+            if Partly.calls > 1:
+                raise NotImplementedError("lost after the first chunk")
+            return super()._distribution(batch)
+
+    evaluator.cfg.batch_size = 2  # several chunks
+    res = evaluator.evaluate(_moved(tiny_source), Partly(FullRefConfig(), ref_ctx), step=5)
+    assert Partly.calls == 2 and math.isnan(res.metrics["kl/approx"]) and res.metrics["kl/true"] > 0
+    assert res.nan_reasons["kl_approx"] == "lost after the first chunk"
+    assert all(math.isnan(r["kl_approx"]) for r in res.samples)
+
+
 # ------------------------------------------------------------ the run's evaluator: precision and seed
 def _run_evaluator(tmp_path, tiny_source, tokenizer, *overrides):
     from ablate.pipeline import make_evaluator
