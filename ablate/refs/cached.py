@@ -206,12 +206,7 @@ class CachedReference(Reference):
         if self.counting:
             self.hits += batch.input_ids.shape[0] - len(missing)
             self.misses += len(missing)
-            self._cost.extra.update(
-                hits=self.hits,
-                misses=self.misses,
-                hit_rate=self.hits / max(1, self.hits + self.misses),
-                model_forwards=self.model_forwards,
-            )
+            self._publish_counts()
         if missing:
             if self.cfg.miss == "error":
                 raise MissingReference(
@@ -238,12 +233,16 @@ class CachedReference(Reference):
         self.hits, self.misses = int(state.get("hits", 0)), int(state.get("misses", 0))
         self.model_forwards = int(state.get("model_forwards", 0))
         if self.hits or self.misses:
-            self._cost.extra.update(
-                hits=self.hits,
-                misses=self.misses,
-                hit_rate=self.hits / (self.hits + self.misses),
-                model_forwards=self.model_forwards,
-            )
+            self._publish_counts()
+
+    def _publish_counts(self) -> None:
+        """The training counters as the regime's own cost figures."""
+        self._cost.extra.update(
+            hits=self.hits,
+            misses=self.misses,
+            hit_rate=self.hits / max(1, self.hits + self.misses),
+            model_forwards=self.model_forwards,
+        )
 
     def _fallback_model(self) -> torch.nn.Module:
         if self._fallback is None:
