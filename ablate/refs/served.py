@@ -29,7 +29,9 @@ moved off the trainer's process is served in OpenRLHF- or verl-style setups.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -147,7 +149,6 @@ class ServedReference(Reference):
         self._check_tokenizer()
         self.prefetcher = self.background = None
         self._audited: dict = {}  # the last audited batch's rows: distribution() and logprobs() share one echo each
-        self._strings: tuple[list[str], dict[str, int]] | None = None  # llama_cpp: each id's text, unique texts
         if cfg.prefetch:
             from ablate.serving.prefetch import Prefetcher
 
@@ -280,20 +281,17 @@ class ServedReference(Reference):
                 "no next-token distribution"
             ) from None
 
+    @functools.cached_property
     def _texts(self) -> tuple[list[str], dict[str, int]]:
         """llama.cpp names a token by its text (its bytes, invalid UTF-8 dropped; control tokens empty): each id's
         text as the policy's tokenizer gives it, and the texts exactly one id has."""
-        if self._strings is None:
-            tok = self.ctx.tokenizer
-            texts = [tok.decode([i], skip_special_tokens=True).replace("\ufffd", "") for i in range(len(tok))]
-            count: dict[str, int] = {}
-            for t in texts:
-                count[t] = count.get(t, 0) + 1
-            self._strings = texts, {t: i for i, t in enumerate(texts) if count[t] == 1}
-        return self._strings
+        tok = self.ctx.tokenizer
+        texts = [tok.decode([i], skip_special_tokens=True).replace("\ufffd", "") for i in range(len(tok))]
+        count = collections.Counter(texts)
+        return texts, {t: i for i, t in enumerate(texts) if count[t] == 1}
 
     def _check_token_texts(self, ids: list[int], names: list[str]) -> None:
-        texts, _ = self._texts()
+        texts, _ = self._texts
         for i, name in zip(ids, names):
             if texts[i] != name:
                 raise NotImplementedError(
@@ -307,10 +305,12 @@ class ServedReference(Reference):
         entry = tops[k] if k < len(tops) else None
         if not isinstance(entry, dict):
             raise NotImplementedError("ref=served: the server gave no top log-probs: no next-token distribution")
-        _, unique = self._texts()
+        _, unique = self._texts
         return {unique[t]: float(v) for t, v in entry.items() if t in unique}
 
+    @functools.cached_property
     def _vocab_size(self) -> int:
+        """The model's vocabulary (its logits' width), read once from its config."""
         from transformers import AutoConfig
 
         return int(AutoConfig.from_pretrained(self.ctx.model_dir).vocab_size)
@@ -321,7 +321,7 @@ class ServedReference(Reference):
         tail); the other positions uniform (the audit reads response positions only)."""
         if not self.cfg.top:
             raise NotImplementedError("ref=served with ref.top=0 asks for no top log-probs: no next-token distribution")
-        vocab = self._vocab_size()
+        vocab = self._vocab_size
         rows, n = batch.input_ids.shape
         out = torch.full((rows, n - 1, vocab), -math.log(vocab), dtype=torch.float32)
         self._audited, other = {}, 0
