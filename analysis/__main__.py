@@ -17,26 +17,8 @@ import sys
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("report", help="tables, figures, CSV and LaTeX from sweep folders or W&B")
-    r.add_argument("folders", nargs="*", type=Path, help="sweep (or run) folders")
-    r.add_argument("--out", type=Path, required=True, help="report folder, e.g. reports/<name>")
-    r.add_argument("--title", default=None)
-    r.add_argument("--baseline", default="full", help="the regime every other one is compared with")
-    r.add_argument("--notes", type=Path, default=None, help="a markdown file with the report's reading of the numbers")
-    r.add_argument(
-        "--regimes", default=None, help="only these references, comma-separated (e.g. full,int8,cached); default: all"
-    )
-    r.add_argument(
-        "--seeds", default=None, help="only these seeds, comma-separated (conditions on the same seeds); default: all"
-    )
-    r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
-    r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
-    r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
-    r.add_argument("--group", default=None, help="the W&B group (the sweep) with --wandb")
+def _statistics_options(r: argparse.ArgumentParser) -> None:
+    """The report's statistics flags (resolved by :func:`analysis.report_config.build_config`)."""
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
     s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
     s.add_argument(
@@ -57,6 +39,36 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--null-control", default="cached", help="the regime that must come out equivalent (cached)")
     s.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (2000)")
     s.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's seed (0)")
+    s.add_argument(
+        "--design",
+        choices=("crossed", "nested"),
+        default="crossed",
+        help="seeds x prompts: crossed where the seeds share their prompts (the default: docs/statistics.md), or "
+        "nested (hierarchical) everywhere",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("report", help="tables, figures, CSV and LaTeX from sweep folders or W&B")
+    r.add_argument("folders", nargs="*", type=Path, help="sweep (or run) folders")
+    r.add_argument("--out", type=Path, required=True, help="report folder, e.g. reports/<name>")
+    r.add_argument("--title", default=None)
+    r.add_argument("--baseline", default="full", help="the regime every other one is compared with")
+    r.add_argument("--notes", type=Path, default=None, help="a markdown file with the report's reading of the numbers")
+    r.add_argument(
+        "--regimes", default=None, help="only these references, comma-separated (e.g. full,int8,cached); default: all"
+    )
+    r.add_argument(
+        "--seeds", default=None, help="only these seeds, comma-separated (conditions on the same seeds); default: all"
+    )
+    r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
+    r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
+    r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
+    r.add_argument("--group", default=None, help="the W&B group (the sweep) with --wandb")
+    _statistics_options(r)
     c = sub.add_parser("calibration", help="which setting to run the reports at: effect and true KL per setting")
     c.add_argument("folders", nargs="+", type=Path, help="sweep folders of ref=full calibration jobs")
     c.add_argument("--out", type=Path, required=True)
@@ -104,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             args.boot,
             args.boot_seed,
             args.reference_condition,
+            args.design,
         )
     except ValueError as e:
         parser.error(str(e))

@@ -29,17 +29,19 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bootstrap
+from analysis import bootstrap, crossed
 from analysis.markdown import bracket, num
 from analysis.report_config import ReportConfig
-from analysis.samples import PER_PROMPT, by_seed, groups, paired_differences
+from analysis.samples import PER_PROMPT, by_seed, groups, paired_series
 from analysis.stats import is_positive, positive_interval, t_interval
 
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "equivalent", "different", "inconclusive"
 BOOT = "hierarchical bootstrap"
 UNION = "union of hierarchical bootstrap and seed-level t"
+CROSSED = "union of two-way bootstrap, two-way t and seed-level t"
 SEED_T = "seed-level t (no samples.jsonl)"
 T_WIDER = "the seeds' spread sets the interval (seed-level t wider)"
+TWO_WAY_WIDER = "the prompts' spread sets the interval (two-way t wider)"
 
 
 def verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: float) -> str:
@@ -52,12 +54,12 @@ def verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: floa
     return INCONCLUSIVE
 
 
-def boot_method(per_seed) -> str:
+def boot_method(per_seed, two_way: bool = False) -> str:
     """``hierarchical bootstrap (1 seed x 64 prompts)``, ``union of ... (3 seeds x 64 prompts)``, or the prompts in
-    all when seeds differ."""
+    all when seeds differ; ``two_way``: the crossed design's union (:data:`CROSSED`)."""
     sizes = [int(np.isfinite(np.asarray(x, dtype=float)).sum()) for x in per_seed]
     sizes = [n for n in sizes if n]
-    name = UNION if len(sizes) > 1 else BOOT
+    name = CROSSED if two_way else UNION if len(sizes) > 1 else BOOT
     if len(set(sizes)) == 1:
         return f"{name} ({len(sizes)} seed{'s' * (len(sizes) > 1)} x {sizes[0]} prompts)"
     return f"{name} ({len(sizes)} seeds, {sum(sizes)} prompts in all)"
@@ -92,16 +94,27 @@ def seed_t_bounds(per_seed, alpha: float, positive: bool = False) -> tuple[float
     return outer.lo, outer.hi, inner.lo, inner.hi
 
 
-def union_row(iv: bootstrap.BootInterval, per_seed, alpha: float, positive: bool = False) -> dict:
-    """The bootstrap's intervals widened, end by end, to the seed-level t intervals (:func:`seed_t_bounds`): ``lo``,
-    ``hi``, ``lo_inner``, ``hi_inner``, each method's own 95% ends (``boot_lo`` ..., ``seed_t_lo`` ..., NaN with one
-    seed) and a note when the seed-level t set an end."""
+def _widen(ends: tuple, other: tuple) -> tuple:
+    """``(lo, hi, lo_inner, hi_inner)`` widened, end by end, to ``other``'s (unchanged where ``other`` is NaN)."""
+    if not math.isfinite(other[0]):
+        return ends
+    return min(ends[0], other[0]), max(ends[1], other[1]), min(ends[2], other[2]), max(ends[3], other[3])
+
+
+def union_row(
+    iv: bootstrap.BootInterval, per_seed, alpha: float, positive: bool = False, two_way: np.ndarray | None = None
+) -> dict:
+    """The bootstrap's intervals widened, end by end, to the seed-level t intervals (:func:`seed_t_bounds`) and, for
+    a crossed ``two_way`` table (``[seeds, prompts]``, :mod:`analysis.crossed`), to its two-way t intervals: ``lo``,
+    ``hi``, ``lo_inner``, ``hi_inner``, each method's own 95% ends (``boot_lo`` ..., ``seed_t_lo`` ...,
+    ``crossed_t_lo`` ...; NaN where it does not apply) and a note when a t interval set an end."""
     t = seed_t_bounds(per_seed, alpha, positive)
     boot = (iv.lo, iv.hi, iv.lo_inner, iv.hi_inner)
-    if not math.isfinite(t[0]):
-        union = boot
-    else:
-        union = (min(boot[0], t[0]), max(boot[1], t[1]), min(boot[2], t[2]), max(boot[3], t[3]))
+    c = (math.nan,) * 4
+    if two_way is not None:
+        c = crossed.t_bounds(two_way, 1 - alpha) + crossed.t_bounds(two_way, 1 - 2 * alpha)
+    seeds = _widen(boot, t)
+    union = _widen(seeds, c)
     return dict(
         lo=union[0],
         hi=union[1],
@@ -111,7 +124,9 @@ def union_row(iv: bootstrap.BootInterval, per_seed, alpha: float, positive: bool
         boot_hi=iv.hi,
         seed_t_lo=t[0],
         seed_t_hi=t[1],
-        note=T_WIDER if union != boot else "",
+        crossed_t_lo=c[0],
+        crossed_t_hi=c[1],
+        note=TWO_WAY_WIDER if union != seeds else T_WIDER if seeds != boot else "",
     )
 
 
@@ -148,15 +163,17 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
 
 
 def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportConfig, key: tuple) -> dict:
-    """Hierarchical bootstrap of the per-prompt differences, paired by seed and prompt."""
-    diffs = paired_differences(reg, base, metric)
-    iv = bootstrap.interval(
-        list(diffs.values()), cfg.n_boot, bootstrap.rng_for(cfg.seed, *key), 1 - cfg.alpha, 1 - 2 * cfg.alpha
-    )
+    """The per-prompt differences, paired by seed and prompt: with seeds that share their prompts (and
+    ``cfg.design`` not ``nested``) the crossed design's union (:mod:`analysis.crossed`), else the hierarchical
+    bootstrap's."""
+    series = paired_series(reg, base, metric)
+    diffs = {k: s.to_numpy(dtype=float) for k, s in series.items()}
+    two_way = crossed.table(series) if cfg.design != "nested" and crossed.is_crossed(series) else None
+    iv = boot_interval(list(diffs.values()), two_way, cfg.n_boot, bootstrap.rng_for(cfg.seed, *key), cfg.alpha)
     seeds = sorted(diffs)
     b = bootstrap.estimate([s.to_numpy() for k, s in by_seed(base, metric).items() if k in diffs])
     r = bootstrap.estimate([s.to_numpy() for k, s in by_seed(reg, metric).items() if k in diffs])
-    ends = union_row(iv, list(diffs.values()), cfg.alpha)
+    ends = union_row(iv, list(diffs.values()), cfg.alpha, two_way=two_way)
     widened = ends.pop("note")
     note = "1 seed: the interval is over prompts only" if iv.n_seeds == 1 else widened
     if metric == "win_rate" and "win_against" in reg and (reg["win_against"] != reg["win_against"].iloc[0]).any():
@@ -168,10 +185,24 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
         regime_mean=r,
         diff=iv.estimate,
         **ends,
-        method=boot_method(diffs.values()),
+        method=boot_method(diffs.values(), two_way is not None),
         note=note,
         seed_diffs=seed_cell({k: np.mean(v[np.isfinite(v)]) for k, v in diffs.items() if np.isfinite(v).any()}),
     )
+
+
+def boot_interval(
+    per_seed: list, two_way: np.ndarray | None, n_boot: int, rng: np.random.Generator, alpha: float
+) -> bootstrap.BootInterval:
+    """The bootstrap's estimate and percentile intervals at 1 - alpha and 1 - 2 alpha: two-way over a crossed table
+    (:func:`analysis.crossed.resample`), else hierarchical over ``per_seed``."""
+    if two_way is None:
+        return bootstrap.interval(per_seed, n_boot, rng, 1 - alpha, 1 - 2 * alpha)
+    reps = crossed.resample(two_way, n_boot, rng)
+    a = alpha
+    lo, hi, lo_in, hi_in = (float(v) for v in np.nanquantile(reps, [a / 2, 1 - a / 2, a, 1 - a]))
+    n_prompts = int(np.isfinite(two_way).sum())
+    return bootstrap.BootInterval(crossed.estimate(two_way), lo, hi, lo_in, hi_in, len(two_way), n_prompts)
 
 
 def _has_samples_for_every_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str) -> bool:

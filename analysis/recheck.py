@@ -12,7 +12,10 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   prompt, mean over seeds of the mean over prompts) must agree to ``--rtol``, and a separate hierarchical percentile
   bootstrap (its own generator and resample count) must put both ends of the 95% interval within ``--itol`` of the
   interval's width of the report's; with two seeds or more, the Student-t interval of the per-seed means must
-  agree to ``--rtol`` and the union of the two (the interval the verdict used) to ``--itol``. A verdict that the
+  agree to ``--rtol`` and the union of the two (the interval the verdict used) to ``--itol``. A row of the crossed
+  design (the seeds share their prompts) is rechecked the same way with its own parts: a two-way bootstrap (seeds
+  and prompts drawn independently), the two-way random-effects t interval (``--rtol``) and the seed-level t, and
+  their union. A verdict that the
   separate bootstrap would give otherwise is listed as borderline, not as an error: its interval sits on a margin
   or on 0;
 - with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
@@ -171,6 +174,49 @@ def seed_differences(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str,
     return out
 
 
+def seed_prompt_table(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> np.ndarray:
+    """``[seeds, prompts]`` differences between the runs of ``side`` and of ``base`` (the seeds both have, in order; the
+    prompts any of them evaluated, NaN where a seed lacks one)."""
+    a_runs, b_runs = _last_runs(runs, *side), _last_runs(runs, *base)
+    cells: dict = {}
+    for seed in sorted(set(a_runs) & set(b_runs)):
+        a = per_prompt(final_rows(a_runs[seed]), SUMMARY[metric][1])
+        b = per_prompt(final_rows(b_runs[seed]), SUMMARY[metric][1])
+        cells[seed] = {p: a[p] - b[p] for p in a if p in b}
+    prompts = list(dict.fromkeys(p for row in cells.values() for p in row))
+    return np.array([[row.get(p, math.nan) for p in prompts] for row in cells.values()], dtype=np.float64)
+
+
+def two_way_intervals(table: np.ndarray, n: int, seed: int, levels: tuple[float, ...]) -> list[tuple[float, float]]:
+    """Percentile intervals at each of ``levels`` of the mean over seeds of the mean over prompts, drawing seeds and
+    prompts independently with replacement (a loop over resamples)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    stats = np.empty(n)
+    for i in range(n):
+        drawn = table[rng.integers(0, table.shape[0], table.shape[0])][
+            :, rng.integers(0, table.shape[1], table.shape[1])
+        ]
+        means = [row[np.isfinite(row)].mean() for row in drawn if np.isfinite(row).any()]
+        stats[i] = np.mean(means) if means else math.nan
+    tails = [(1 - level) / 2 for level in levels]
+    return [(float(np.nanquantile(stats, t)), float(np.nanquantile(stats, 1 - t))) for t in tails]
+
+
+def two_way_t(table: np.ndarray, level: float) -> tuple[float, float]:
+    """The two-way random-effects t interval at ``level`` of the grand mean over the prompts every seed has:
+    variance (MS_seeds + MS_prompts) / (seeds x prompts), Satterthwaite's degrees of freedom."""
+    x = table[:, np.isfinite(table).all(axis=0)]
+    s, p = x.shape
+    grand = x.mean()
+    ms_s = p * float(((x.mean(axis=1) - grand) ** 2).sum()) / (s - 1)
+    ms_p = s * float(((x.mean(axis=0) - grand) ** 2).sum()) / (p - 1)
+    if ms_s + ms_p == 0:  # every difference the same: a point
+        return float(grand), float(grand)
+    df = (ms_s + ms_p) ** 2 / (ms_s**2 / (s - 1) + ms_p**2 / (p - 1))
+    half = scipy_t.ppf((1 + level) / 2, df) * math.sqrt((ms_s + ms_p) / (s * p))
+    return float(grand - half), float(grand + half)
+
+
 def boot_intervals(groups: list[np.ndarray], n: int, seed: int, levels: tuple[float, ...]) -> list[tuple[float, float]]:
     """Percentile intervals at each of ``levels`` of the mean over seeds of the mean over prompts, resampling seeds
     and then prompts within each drawn seed (a loop over resamples: slow and plain on purpose)."""
@@ -244,7 +290,7 @@ def _estimate_checked(what: str, per_seed: dict, row: dict, found: Findings, opt
 def _bootstrap_rows(table: Path):
     frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
     for i, row in frame.iterrows():
-        if "hierarchical bootstrap" in str(row["method"]) and row["metric"] in PER_PROMPT:
+        if "bootstrap" in str(row["method"]) and row["metric"] in PER_PROMPT:
             yield i, {k: (str(v) if k in ("condition", "regime", "metric", "verdict") else v) for k, v in row.items()}
 
 
@@ -255,7 +301,12 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
     if groups is None:
         return
     levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
-    (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
+    two_way = "two-way" in str(row["method"])
+    if two_way:
+        table = seed_prompt_table(runs, side, base, row["metric"])
+        (lo, hi), (ilo, ihi) = two_way_intervals(table, opts["n_boot"], opts["seed"] + seed, levels)
+    else:
+        (lo, hi), (ilo, ihi) = boot_intervals(groups, opts["n_boot"], opts["seed"] + seed, levels)
     if len(groups) > 1:  # each seed's difference, the bootstrap's own interval, the seed-level t one, their union
         cell = row.get("seed_diffs")
         reported = dict(item.split(":") for item in cell.split(";")) if isinstance(cell, str) and cell else {}
@@ -272,6 +323,11 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         found.compare(what + ": seed-level t low end", _f(row.get("seed_t_lo")), tlo, opts["rtol"])
         found.compare(what + ": seed-level t high end", _f(row.get("seed_t_hi")), thi, opts["rtol"])
         lo, hi, ilo, ihi = min(lo, tlo), max(hi, thi), min(ilo, tilo), max(ihi, tihi)
+    if two_way:
+        (clo, chi), (cilo, cihi) = (two_way_t(table, level) for level in levels)
+        found.compare(what + ": two-way t low end", _f(row.get("crossed_t_lo")), clo, opts["rtol"])
+        found.compare(what + ": two-way t high end", _f(row.get("crossed_t_hi")), chi, opts["rtol"])
+        lo, hi, ilo, ihi = min(lo, clo), max(hi, chi), min(ilo, cilo), max(ihi, cihi)
     _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
     again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
     if again != row["verdict"]:

@@ -7,6 +7,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+#: the intervals' model of seeds and prompts (``--design``)
+DESIGNS = {
+    "crossed": "crossed where the seeds share their prompts: the union of the two-way bootstrap, the two-way "
+    "random-effects t and the seed-level t intervals (`analysis/crossed.py`); nested otherwise",
+    "nested": "nested: the union of the hierarchical bootstrap (seeds, then prompts within each) and the seed-level t "
+    "intervals, even where the seeds share their prompts (the rule this report was first made under)",
+}
+
 
 @dataclass(frozen=True)
 class Margin:
@@ -50,6 +58,7 @@ class ReportConfig:
     n_boot: int = 2000  # bootstrap resamples
     seed: int = 0  # the bootstrap's seed: the same report every time
     reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
+    design: str = "crossed"  # Design: the intervals' model of seeds and prompts (analysis.crossed)
 
     def metrics(self) -> list[str]:
         """The metrics that get a verdict, the primary first."""
@@ -67,6 +76,7 @@ class ReportConfig:
             f"- alpha {self.alpha:g}: a difference needs the {100 * (1 - self.alpha):g}% interval, equivalence "
             f"(two one-sided tests) the {100 * (1 - 2 * self.alpha):g}% interval",
             f"- bootstrap: {self.n_boot} resamples, seed {self.seed} (deterministic: the same numbers every run)",
+            f"- design: {DESIGNS[self.design]}",
         ]
 
 
@@ -95,12 +105,15 @@ def build_config(
     n_boot: int = 2000,
     seed: int = 0,
     reference_condition: str | None = None,
+    design: str = "crossed",
 ) -> ReportConfig:
     """A config from CLI-style values: ``margins`` override or add to the defaults."""
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), not {alpha}")
     if n_boot < 100:
         raise ValueError(f"the bootstrap needs at least 100 resamples, not {n_boot}")
+    if design not in DESIGNS:
+        raise ValueError(f"--design must be one of {', '.join(DESIGNS)}, not {design!r}")
     resolved = default_margins()
     resolved.update(parse_margin(m) for m in margins or [])
-    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition)
+    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition, design)

@@ -30,7 +30,16 @@ def statistics_lines(cfg: ReportConfig, prompts: pd.DataFrame, eq: pd.DataFrame)
         "seeds disagree (training noise; see `analysis/equivalence.py`); `equivalence.csv` keeps both "
         "(`boot_lo`/`boot_hi`, `seed_t_lo`/`seed_t_hi`). Where a run has no "
         "`samples.jsonl` the row says `seed-level t`: a paired Student-t interval over seeds of the summary values "
-        "(prompts not resampled).",
+        "(prompts not resampled)."
+        + (
+            " Where the seeds share their prompts (the crossed design; the row's method says `two-way`), the interval "
+            "is instead the union of a two-way bootstrap (seeds and prompts drawn independently), the two-way "
+            "random-effects t interval ((MS_seed + MS_prompt) / (seeds x prompts), Satterthwaite's degrees of "
+            "freedom; `crossed_t_lo`/`crossed_t_hi`) and the seed-level t: a prompt effect every seed shares is "
+            "counted once, not as if each seed had its own prompts (see `analysis/crossed.py`)."
+            if cfg.design == "crossed"
+            else ""
+        ),
         "- per-regime tables: mean over seeds [95% Student-t interval]; positive quantities (KL, log-prob errors, "
         "bytes, times, perplexity, length) show the geometric mean over seeds with a t interval on the log scale, "
         "which never crosses zero (where a seed's value is exactly 0: the arithmetic mean with a percentile "

@@ -99,13 +99,14 @@ def by_seed(frame: pd.DataFrame, metric: str) -> dict:
     return out
 
 
-def paired_differences(regime: pd.DataFrame, baseline: pd.DataFrame, metric: str) -> dict:
-    """seed -> per-prompt differences regime - baseline on the prompts both evaluated (same seed, same prompt)."""
+def paired_series(regime: pd.DataFrame, baseline: pd.DataFrame, metric: str) -> dict:
+    """seed -> the Series prompt -> difference regime - baseline on the prompts both evaluated (same seed, same
+    prompt)."""
     a, b = by_seed(regime, metric), by_seed(baseline, metric)
     out = {}
     for seed in sorted(set(a) & set(b)):
         both = pd.concat([a[seed].rename("r"), b[seed].rename("b")], axis=1, join="inner")
-        out[seed] = (both["r"] - both["b"]).to_numpy(dtype=float)
+        out[seed] = (both["r"] - both["b"]).astype(float)
     return out
 
 
