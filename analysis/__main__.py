@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of the figures (1e-9)")
     k.add_argument("--itol", type=float, default=0.1, help="interval ends, as a fraction of its width (0.1)")
     k.add_argument("--boot", type=int, default=4000, help="the separate bootstrap's resamples (4000)")
+    _plan_parser(sub)
     args = parser.parse_args(argv)
+    if args.cmd == "plan":
+        return _plan(args)
     if args.cmd == "recheck":
         return _recheck(args)
     if args.cmd == "archive":
@@ -177,6 +180,40 @@ def _archive(args) -> int:
         return 2
     left = f"; left out (no summary.json): {', '.join(done.skipped)}" if done.skipped else ""
     print(f"analysis: archived {done.jobs} jobs ({done.bytes / 1e6:.1f} MB) to {args.out}{left}")
+    return 0
+
+
+def _plan_parser(sub) -> None:
+    n = sub.add_parser("plan", help="seeds each verdict needs for its power, from a pilot sweep's seed-to-seed spread")
+    n.add_argument("folders", nargs="+", type=Path, help="the pilot's sweep (or report runs) folders")
+    n.add_argument("--baseline", default="full", help="the regime every other one is compared with (full)")
+    n.add_argument("--regimes", default=None, help="only these references, comma-separated")
+    n.add_argument("--seeds", default=None, help="only these seeds, comma-separated")
+    n.add_argument("--power", type=float, default=0.8, help="the power to plan for (0.8)")
+    n.add_argument("--alpha", type=float, default=0.05, help="TOST's level (0.05)")
+    n.add_argument(
+        "--margin", action="append", default=[], metavar="METRIC=VALUE", help="as for report (defaults the same)"
+    )
+    n.add_argument("--csv", type=Path, default=None, help="also write the plan to this CSV file")
+
+
+def _plan(args) -> int:
+    from analysis import load, plan
+    from analysis.report_config import build_config
+    from analysis.samples import prompt_frame
+
+    try:
+        if not 0 < args.power < 1:
+            raise ValueError(f"--power must be in (0, 1), not {args.power}")
+        cfg = build_config(args.margin, alpha=args.alpha, baseline=args.baseline)
+        runs = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds)).runs
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
+    table = plan.plan(runs, prompt_frame(runs), cfg, args.power)
+    if args.csv is not None:
+        table.to_csv(args.csv, index=False)
+    print("\n".join(plan.describe(table, args.power)))
     return 0
 
 

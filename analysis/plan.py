@@ -1,0 +1,139 @@
+"""``python -m analysis plan <pilot sweep>``: how many seeds each verdict needs, from a pilot sweep's seed-to-seed spread.
+
+For each regime against the baseline and each metric with a margin, the pilot gives the per-seed paired differences
+(regime minus baseline, mean over the shared prompts, from ``samples.jsonl``; else the summaries). Their standard
+deviation ``sd`` over seeds is the noise a verdict's seed-level interval carries. The power of the equivalence test
+(TOST at ``alpha``, margin ``m``) with ``n`` seeds, when the true difference is ``d``, is approximated with the
+noncentral t (``scipy.stats.nct``, ``n - 1`` degrees of freedom, standard error ``sd / sqrt(n)``)::
+
+    power = P(T1 > t) + P(T2 < -t) - 1,  T1 ~ nct((d + m) / se), T2 ~ nct((d - m) / se),  t = t(1 - alpha, n - 1)
+
+(the usual approximation; 0 where it is negative). The plan gives the seeds needed for 80% power (``--power``) when
+the true difference is 0 and when it is the pilot's, and the power the pilot's own seed count has. It is a plan for
+the seed-level part of the interval: the prompts' share (the crossed design's ``var_b / P``) does not shrink with
+seeds, so where it dominates, more prompts are needed, not more seeds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.report_config import ReportConfig
+from analysis.samples import paired_series
+
+MOST_SEEDS = 64  # the plan looks no further
+
+
+def tost_power(sd: float, n: int, margin: float, diff: float = 0.0, alpha: float = 0.05) -> float:
+    """Approximate power of TOST with ``n`` paired seeds whose differences have sd ``sd`` (see the module)."""
+    if n < 2 or not (sd >= 0 and margin > 0) or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 1.0 if abs(diff) < margin else 0.0
+    se, df = sd / math.sqrt(n), n - 1
+    t = stats.t.ppf(1 - alpha, df)
+    p = stats.nct.sf(t, df, (diff + margin) / se) + stats.nct.cdf(-t, df, (diff - margin) / se) - 1
+    return max(0.0, float(p))
+
+
+def seeds_needed(sd: float, margin: float, diff: float = 0.0, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The fewest seeds (2 to :data:`MOST_SEEDS`) whose TOST power reaches ``power``; inf when none does (a true
+    difference at or beyond the margin never becomes equivalent); NaN without an sd."""
+    if not math.isfinite(sd) or not margin > 0:
+        return math.nan
+    for n in range(2, MOST_SEEDS + 1):
+        if tost_power(sd, n, margin, diff, alpha) >= power:
+            return float(n)
+    return math.inf
+
+
+def _per_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str, baseline: str, metric: str) -> dict:
+    """seed -> the paired difference of the seed's means (samples where every run of both has them, else summaries)."""
+    reg, base = (prompts[prompts["regime"] == r] for r in (regime, baseline)) if len(prompts) else (prompts, prompts)
+    if len(reg) and len(base) and metric in reg:
+        out = {k: float(np.nanmean(s)) for k, s in paired_series(reg, base, metric).items() if s.notna().any()}
+        if out:
+            return out
+    if metric not in runs:
+        return {}
+    values = {
+        r: runs[runs["regime"] == r].drop_duplicates("seed", keep="last").set_index("seed")[metric]
+        for r in (regime, baseline)
+    }
+    both = pd.concat(values, axis=1, join="inner").astype(float).dropna()
+    return dict(zip(both.index, both[regime] - both[baseline]))
+
+
+def plan(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig, power: float = 0.8) -> pd.DataFrame:
+    """One row per (condition, regime other than the baseline, metric with a margin): the pilot's seeds, mean
+    difference, sd over seeds, margin, the power it has, and the seeds needed for ``power`` at a true difference of 0
+    and of the pilot's; ``note`` says why a figure is missing."""
+    done = runs[runs["status"] == "finished"]
+    out = []
+    for cond, g in done.groupby("condition", sort=False):
+        p = prompts[prompts["condition"] == cond] if len(prompts) else prompts
+        base_mean = {
+            m: float(g.loc[g["regime"] == cfg.baseline, m].astype(float).mean()) for m in cfg.margins if m in g
+        }
+        for regime in g["regime"].drop_duplicates():
+            if regime == cfg.baseline:
+                continue
+            for metric in cfg.metrics():
+                if metric not in cfg.margins:
+                    continue
+                d = _per_seed(g, p, regime, cfg.baseline, metric)
+                margin = cfg.margins[metric].resolve(base_mean.get(metric, math.nan))
+                n = len(d)
+                sd = float(np.std(list(d.values()), ddof=1)) if n >= 2 else math.nan
+                diff = float(np.mean(list(d.values()))) if n else math.nan
+                note = (
+                    "" if n >= 2 else f"{n} paired seed(s) of `{regime}` and `{cfg.baseline}`: a pilot needs 2 or more"
+                )
+                out.append(
+                    dict(
+                        condition=cond,
+                        regime=regime,
+                        metric=metric,
+                        pilot_seeds=n,
+                        diff=diff,
+                        sd=sd,
+                        margin=margin,
+                        power_now=tost_power(sd, n, margin, diff, cfg.alpha),
+                        seeds_if_0=seeds_needed(sd, margin, 0.0, cfg.alpha, power),
+                        seeds_if_observed=seeds_needed(sd, margin, diff, cfg.alpha, power),
+                        note=note,
+                    )
+                )
+    if not out and len(done):
+        regimes = ", ".join(sorted(done["regime"].unique()))
+        out.append(dict(condition="", regime=regimes, metric="", note=f"no regime to compare with `{cfg.baseline}`"))
+    return pd.DataFrame(out)
+
+
+def describe(table: pd.DataFrame, power: float) -> list[str]:
+    """The plan as lines: a markdown table (seeds needed, ``>64`` where more would not do)."""
+    if not len(table) or "pilot_seeds" not in table:
+        return [f"plan: {r}" for r in table.get("note", pd.Series(["no finished runs"]))]
+
+    def seeds(v):
+        return "n/a" if not np.isfinite(v) and math.isnan(v) else f">{MOST_SEEDS}" if math.isinf(v) else f"{v:.0f}"
+
+    def f(v):
+        return "n/a" if not math.isfinite(v) else f"{v:.3g}"
+
+    lines = [
+        f"| condition | regime | metric | pilot seeds | diff | sd over seeds | margin | power now | seeds for "
+        f"{power:.0%} if 0 | if as observed | note |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['condition']} | {r['regime']} | {r['metric']} | {r['pilot_seeds']} | {f(r['diff'])} | {f(r['sd'])} "
+            f"| {f(r['margin'])} | {f(r['power_now'])} | {seeds(r['seeds_if_0'])} | {seeds(r['seeds_if_observed'])} "
+            f"| {r['note']} |"
+        )
+    return lines
