@@ -19,6 +19,8 @@ from pathlib import Path
 
 def _statistics_options(r: argparse.ArgumentParser) -> None:
     """The report's statistics flags (resolved by :func:`analysis.report_config.build_config`)."""
+    from analysis.report_config import DESIGNS
+
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
     s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
     s.add_argument(
@@ -41,7 +43,7 @@ def _statistics_options(r: argparse.ArgumentParser) -> None:
     s.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's seed (0)")
     s.add_argument(
         "--design",
-        choices=("crossed", "nested"),
+        choices=tuple(DESIGNS),
         default="crossed",
         help="seeds x prompts: crossed where the seeds share their prompts (the default: docs/statistics.md), or "
         "nested (hierarchical) everywhere",

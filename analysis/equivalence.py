@@ -130,7 +130,8 @@ def union_row(
     )
 
 
-def _seed_values(runs: pd.DataFrame, regime: str, metric: str) -> pd.Series:
+def seed_values(runs: pd.DataFrame, regime: str, metric: str) -> pd.Series:
+    """seed -> a regime's summary value of ``metric`` (the last run of a seed when repeated)."""
     g = runs[runs["regime"] == regime].drop_duplicates("seed", keep="last").set_index("seed")
     return g[metric].astype(float) if metric in g else pd.Series(dtype=float)
 
@@ -138,7 +139,7 @@ def _seed_values(runs: pd.DataFrame, regime: str, metric: str) -> pd.Series:
 def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: float) -> dict:
     """Seed-level paired t intervals of the summary values (the fallback without samples.jsonl)."""
     both = pd.concat(
-        [_seed_values(runs, regime, metric).rename("r"), _seed_values(runs, baseline, metric).rename("b")],
+        [seed_values(runs, regime, metric).rename("r"), seed_values(runs, baseline, metric).rename("b")],
         axis=1,
         join="inner",
     ).dropna()

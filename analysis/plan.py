@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.equivalence import seed_values
 from analysis.report_config import ReportConfig
 from analysis.samples import paired_series
 
@@ -58,13 +59,7 @@ def _per_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str, baseline: 
         out = {k: float(np.nanmean(s)) for k, s in paired_series(reg, base, metric).items() if s.notna().any()}
         if out:
             return out
-    if metric not in runs:
-        return {}
-    values = {
-        r: runs[runs["regime"] == r].drop_duplicates("seed", keep="last").set_index("seed")[metric]
-        for r in (regime, baseline)
-    }
-    both = pd.concat(values, axis=1, join="inner").astype(float).dropna()
+    both = pd.concat({r: seed_values(runs, r, metric) for r in (regime, baseline)}, axis=1, join="inner").dropna()
     return dict(zip(both.index, both[regime] - both[baseline]))
 
 
@@ -120,7 +115,7 @@ def describe(table: pd.DataFrame, power: float) -> list[str]:
         return [f"plan: {r}" for r in table.get("note", pd.Series(["no finished runs"]))]
 
     def seeds(v):
-        return "n/a" if not np.isfinite(v) and math.isnan(v) else f">{MOST_SEEDS}" if math.isinf(v) else f"{v:.0f}"
+        return "n/a" if math.isnan(v) else f">{MOST_SEEDS}" if math.isinf(v) else f"{v:.0f}"
 
     def f(v):
         return "n/a" if not math.isfinite(v) else f"{v:.3g}"

@@ -60,3 +60,14 @@ def test_plan_on_a_pilot_sweep(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "plan: no regime to compare with `full`"
     assert main(["plan", str(tmp_path), "--power", "1.5"]) == 2
     assert capsys.readouterr().err.strip() == "analysis: error: --power must be in (0, 1), not 1.5"
+
+
+def test_plan_without_samples_pairs_the_summaries(tmp_path, capsys):
+    """No samples.jsonl: the per-seed differences are the summaries' (0.01, 0.02, 0.03: mean 0.02, sd 0.01)."""
+    for seed, d in enumerate((0.01, 0.02, 0.03)):
+        write_run(tmp_path, "full", seed, reward_delta=0.1, win_rate=0.5, kl_true=1.0)
+        write_run(tmp_path, "int8", seed, reward_delta=0.1 + d, win_rate=0.5, kl_true=1.0)
+    csv = tmp_path / "plan.csv"
+    assert main(["plan", str(tmp_path), "--csv", str(csv)]) == 0
+    row = pd.read_csv(csv).set_index(["regime", "metric"]).loc[("int8", "reward_delta")]
+    assert (row["pilot_seeds"], row["diff"], row["sd"]) == pytest.approx((3, 0.02, 0.01))
