@@ -19,7 +19,7 @@ from pathlib import Path
 
 def _statistics_options(r: argparse.ArgumentParser) -> None:
     """The report's statistics flags (resolved by :func:`analysis.report_config.build_config`)."""
-    from analysis.report_config import DESIGNS
+    from analysis.report_config import DESIGNS, MULTIPLICITY
 
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
     s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
@@ -47,6 +47,13 @@ def _statistics_options(r: argparse.ArgumentParser) -> None:
         default="crossed",
         help="seeds x prompts: crossed where the seeds share their prompts (the default: docs/statistics.md), or "
         "nested (hierarchical) everywhere",
+    )
+    s.add_argument(
+        "--multiplicity",
+        choices=tuple(MULTIPLICITY),
+        default="holm",
+        help="the verdicts of difference: Holm-adjusted over the verdict table (the default: docs/statistics.md), "
+        "or each on its own interval (none)",
     )
 
 
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             args.boot_seed,
             args.reference_condition,
             args.design,
+            args.multiplicity,
         )
     except ValueError as e:
         parser.error(str(e))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class BootInterval:
     hi_inner: float
     n_seeds: int
     n_prompts: int  # prompts over all seeds
+    reps: np.ndarray | None = field(default=None, repr=False)  # the replicates (the tests' p, analysis.pvalues)
 
 
 def rng_for(seed: int, *key: object) -> np.random.Generator:
@@ -97,7 +98,7 @@ def interval(
     reps = resample(g, n_boot, rng)
     q = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2, (1 - inner) / 2, (1 + inner) / 2])
     lo, hi, lo_in, hi_in = (float(v) for v in q)
-    return BootInterval(estimate(g), lo, hi, lo_in, hi_in, len(g), int(sum(len(x) for x in g)))
+    return BootInterval(estimate(g), lo, hi, lo_in, hi_in, len(g), int(sum(len(x) for x in g)), reps)
 
 
 def seed_percentile(values: Sequence[float], n_boot: int, rng: np.random.Generator, confidence: float = 0.95):

@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.pvalues import TTest
+
 # values drawn per block of resamples (bounds memory: resamples x seeds x prompts)
 _BLOCK = 2_000_000
 
@@ -71,13 +73,14 @@ def resample(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.nd
     return out
 
 
-def t_bounds(values: np.ndarray, level: float) -> tuple[float, float]:
-    """The two-way random-effects t interval of the grand mean at ``level`` over the prompts every seed has (NaN
-    with fewer than two of them); with one seed, the t interval over its prompts."""
+def t_test(values: np.ndarray) -> TTest | None:
+    """The two-way random-effects t test of the grand mean over the prompts every seed has (None with fewer than two
+    of them): ``Var(mean)`` from ``(MS_seed + MS_prompt) / (S P)``, Satterthwaite's degrees of freedom; with one
+    seed, the t test over its prompts."""
     complete = values[:, np.isfinite(values).all(0)]
     n_seeds, n_prompts = complete.shape
     if n_prompts < 2:
-        return math.nan, math.nan
+        return None
     mean = float(complete.mean())
     ms_prompt = n_seeds * complete.mean(0).var(ddof=1)
     if n_seeds == 1:
@@ -87,7 +90,15 @@ def t_bounds(values: np.ndarray, level: float) -> tuple[float, float]:
         var = (ms_seed + ms_prompt) / (n_seeds * n_prompts)
         denom = ms_seed**2 / (n_seeds - 1) + ms_prompt**2 / (n_prompts - 1)
         df = (ms_seed + ms_prompt) ** 2 / denom if denom > 0 else math.inf
-    if var == 0:
-        return mean, mean
-    half = stats.t.ppf(0.5 + level / 2, df) * math.sqrt(var)
-    return mean - half, mean + half
+    return TTest(mean, math.sqrt(var), df)
+
+
+def t_bounds(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The interval of :func:`t_test` at ``level`` (NaN where it has none)."""
+    t = t_test(values)
+    if t is None:
+        return math.nan, math.nan
+    if t.se == 0:
+        return t.mean, t.mean
+    half = stats.t.ppf(0.5 + level / 2, t.df) * t.se
+    return t.mean - half, t.mean + half

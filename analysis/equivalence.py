@@ -29,7 +29,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bootstrap, crossed
+from analysis import bootstrap, crossed, pvalues
 from analysis.markdown import bracket, num
 from analysis.report_config import ReportConfig
 from analysis.samples import PER_PROMPT, by_seed, groups, paired_series
@@ -136,8 +136,8 @@ def seed_values(runs: pd.DataFrame, regime: str, metric: str) -> pd.Series:
     return g[metric].astype(float) if metric in g else pd.Series(dtype=float)
 
 
-def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: float) -> dict:
-    """Seed-level paired t intervals of the summary values (the fallback without samples.jsonl)."""
+def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: float) -> tuple[dict, list]:
+    """Seed-level paired t intervals of the summary values (the fallback without samples.jsonl), and that t test."""
     both = pd.concat(
         [seed_values(runs, regime, metric).rename("r"), seed_values(runs, baseline, metric).rename("b")],
         axis=1,
@@ -147,7 +147,7 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
     outer, inner = t_interval(d, 1 - alpha), t_interval(d, 1 - 2 * alpha)
     seeds = seed_cell(dict(zip(both.index, d)))
     note = f"{len(d)} paired seed(s): no interval" if len(d) < 2 else ""
-    return dict(
+    row = dict(
         n_seeds=len(d),
         n_prompts=0,
         baseline_mean=float(both["b"].mean()) if len(d) else math.nan,
@@ -161,12 +161,13 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
         note=note,
         seed_diffs=seeds,
     )
+    return row, [pvalues.seed_t([[v] for v in d])]
 
 
-def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportConfig, key: tuple) -> dict:
+def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportConfig, key: tuple) -> tuple[dict, list]:
     """The per-prompt differences, paired by seed and prompt: with seeds that share their prompts (and
     ``cfg.design`` not ``nested``) the crossed design's union (:mod:`analysis.crossed`), else the hierarchical
-    bootstrap's."""
+    bootstrap's; and the tests of the union's methods (:mod:`analysis.pvalues`)."""
     series = paired_series(reg, base, metric)
     diffs = {k: s.to_numpy(dtype=float) for k, s in series.items()}
     two_way = crossed.table(series) if cfg.design != "nested" and crossed.is_crossed(series) else None
@@ -179,7 +180,10 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
     note = "1 seed: the interval is over prompts only" if iv.n_seeds == 1 else widened
     if metric == "win_rate" and "win_against" in reg and (reg["win_against"] != reg["win_against"].iloc[0]).any():
         note = "win rates of runs with and without independent SFT samples"
-    return dict(
+    tests = [pvalues.BootTest(iv.reps), pvalues.seed_t(list(diffs.values()))]
+    if two_way is not None:
+        tests.append(crossed.t_test(two_way))
+    row = dict(
         n_seeds=len(seeds),
         n_prompts=iv.n_prompts,
         baseline_mean=b,
@@ -190,6 +194,7 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
         note=note,
         seed_diffs=seed_cell({k: np.mean(v[np.isfinite(v)]) for k, v in diffs.items() if np.isfinite(v).any()}),
     )
+    return row, tests
 
 
 def boot_interval(
@@ -203,7 +208,7 @@ def boot_interval(
     a = alpha
     lo, hi, lo_in, hi_in = (float(v) for v in np.nanquantile(reps, [a / 2, 1 - a / 2, a, 1 - a]))
     n_prompts = int(np.isfinite(two_way).sum())
-    return bootstrap.BootInterval(crossed.estimate(two_way), lo, hi, lo_in, hi_in, len(two_way), n_prompts)
+    return bootstrap.BootInterval(crossed.estimate(two_way), lo, hi, lo_in, hi_in, len(two_way), n_prompts, reps)
 
 
 def _has_samples_for_every_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str) -> bool:
@@ -236,9 +241,9 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
             for metric in cfg.metrics():
                 if boot and _per_prompt(p, metric, (regime, cfg.baseline)):
                     reg, base = p[p["regime"] == regime], p[p["regime"] == cfg.baseline]
-                    row = _boot_row(reg, base, metric, cfg, (cond, regime, metric))
+                    row, tests = _boot_row(reg, base, metric, cfg, (cond, regime, metric))
                 elif metric in g:
-                    row = _t_row(g, regime, cfg.baseline, metric, cfg.alpha)
+                    row, tests = _t_row(g, regime, cfg.baseline, metric, cfg.alpha)
                 else:
                     continue  # neither samples nor a summary value: not measured
                 margin = cfg.margins[metric].resolve(row["baseline_mean"]) if metric in cfg.margins else math.nan
@@ -247,9 +252,38 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
                     row["note"] = "; ".join(x for x in (row["note"], "a difference smaller than the margin") if x)
                 if not math.isfinite(margin):
                     row["note"] = "; ".join(x for x in (row["note"], "no margin (no baseline mean)") if x)
+                p_diff, p_tost = pvalues.union(tests, margin)
                 out.append({"condition": cond, "regime": regime, "metric": metric, **row, "margin": margin})
-                out[-1]["verdict"] = v
-    return pd.DataFrame(out)
+                out[-1].update(verdict=v, p_diff=p_diff, p_tost=p_tost, **_power(row, margin, cfg.alpha))
+    return _adjusted(pd.DataFrame(out), cfg)
+
+
+def _power(row: dict, margin: float, alpha: float) -> dict:
+    """The TOST's power with the row's own seeds, and the seeds it needs for 80%, if the true difference were 0 and
+    the seeds' spread the row's (:func:`analysis.pvalues.tost_power`; NaN with fewer than two seeds)."""
+    per_seed = list(parse_seed_cell(row["seed_diffs"]).values())
+    sd = float(np.std(per_seed, ddof=1)) if len(per_seed) >= 2 else math.nan
+    return dict(
+        power_tost=pvalues.tost_power(sd, len(per_seed), margin, 0.0, alpha),
+        seeds_for_power=pvalues.seeds_needed(sd, margin, 0.0, alpha),
+    )
+
+
+def _adjusted(cmp: pd.DataFrame, cfg: ReportConfig) -> pd.DataFrame:
+    """``p_holm``: Holm's adjustment of ``p_diff`` over the table's rows (one family: every regime, metric and
+    condition compared); with ``cfg.multiplicity == "holm"`` a *different* whose adjusted p is not below alpha
+    becomes *inconclusive*, with a note."""
+    if not len(cmp):
+        return cmp
+    cmp["p_holm"] = pvalues.holm(cmp["p_diff"])
+    if cfg.multiplicity != "holm":
+        return cmp
+    lost = (cmp["verdict"] == DIFFERENT) & ~(cmp["p_holm"] < cfg.alpha)
+    for i in cmp.index[lost]:
+        why = f"different before Holm's adjustment over {int(cmp['p_diff'].notna().sum())} tests"
+        cmp.loc[i, "note"] = "; ".join(x for x in (cmp.loc[i, "note"], why) if x)
+        cmp.loc[i, "verdict"] = INCONCLUSIVE
+    return cmp
 
 
 def regime_intervals(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.DataFrame:

@@ -20,36 +20,11 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.equivalence import seed_values
+from analysis.pvalues import MOST_SEEDS, seeds_needed, tost_power
 from analysis.report_config import ReportConfig
 from analysis.samples import paired_series
-
-MOST_SEEDS = 64  # the plan looks no further
-
-
-def tost_power(sd: float, n: int, margin: float, diff: float = 0.0, alpha: float = 0.05) -> float:
-    """Approximate power of TOST with ``n`` paired seeds whose differences have sd ``sd`` (see the module)."""
-    if n < 2 or not (sd >= 0 and margin > 0) or not math.isfinite(sd):
-        return math.nan
-    if sd == 0:
-        return 1.0 if abs(diff) < margin else 0.0
-    se, df = sd / math.sqrt(n), n - 1
-    t = stats.t.ppf(1 - alpha, df)
-    p = stats.nct.sf(t, df, (diff + margin) / se) + stats.nct.cdf(-t, df, (diff - margin) / se) - 1
-    return max(0.0, float(p))
-
-
-def seeds_needed(sd: float, margin: float, diff: float = 0.0, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The fewest seeds (2 to :data:`MOST_SEEDS`) whose TOST power reaches ``power``; inf when none does (a true
-    difference at or beyond the margin never becomes equivalent); NaN without an sd."""
-    if not math.isfinite(sd) or not margin > 0:
-        return math.nan
-    for n in range(2, MOST_SEEDS + 1):
-        if tost_power(sd, n, margin, diff, alpha) >= power:
-            return float(n)
-    return math.inf
 
 
 def _per_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str, baseline: str, metric: str) -> dict:

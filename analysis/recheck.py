@@ -18,6 +18,11 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   their union. A verdict that the
   separate bootstrap would give otherwise is listed as borderline, not as an error: its interval sits on a margin
   or on 0;
+- with ``--report``, the p-values beside the verdicts: ``p_holm`` is Holm's adjustment (``statsmodels``) of the
+  table's ``p_diff``; each row's ``p_diff`` and ``p_tost`` are at least its t tests' (seed-level, and two-way where
+  crossed), recomputed exactly (the union's p is the largest of its methods'); no *different* keeps an adjusted p
+  at or above alpha unless the report says ``multiplicity: none``, and a *different* interval whose row says
+  *inconclusive* is Holm's doing only when its adjusted p is at or above alpha;
 - with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
   claim such as "full DPO improves on the SFT model" lives): the estimate to ``--rtol``, the 95% interval (with
   several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``;
@@ -39,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy.stats import t as scipy_t
+from statsmodels.stats.multitest import multipletests
 
 PerSample = Callable[[dict], float]
 
@@ -202,19 +208,33 @@ def two_way_intervals(table: np.ndarray, n: int, seed: int, levels: tuple[float,
     return [(float(np.nanquantile(stats, t)), float(np.nanquantile(stats, 1 - t))) for t in tails]
 
 
-def two_way_t(table: np.ndarray, level: float) -> tuple[float, float]:
-    """The two-way random-effects t interval at ``level`` of the grand mean over the prompts every seed has:
-    variance (MS_seeds + MS_prompts) / (seeds x prompts), Satterthwaite's degrees of freedom."""
+def two_way_parts(table: np.ndarray) -> tuple[float, float, float]:
+    """``(grand mean, its standard error, degrees of freedom)`` of the two-way random-effects model over the prompts
+    every seed has: variance (MS_seeds + MS_prompts) / (seeds x prompts), Satterthwaite's degrees of freedom."""
     x = table[:, np.isfinite(table).all(axis=0)]
     s, p = x.shape
     grand = x.mean()
     ms_s = p * float(((x.mean(axis=1) - grand) ** 2).sum()) / (s - 1)
     ms_p = s * float(((x.mean(axis=0) - grand) ** 2).sum()) / (p - 1)
     if ms_s + ms_p == 0:  # every difference the same: a point
-        return float(grand), float(grand)
+        return float(grand), 0.0, math.inf
     df = (ms_s + ms_p) ** 2 / (ms_s**2 / (s - 1) + ms_p**2 / (p - 1))
-    half = scipy_t.ppf((1 + level) / 2, df) * math.sqrt((ms_s + ms_p) / (s * p))
-    return float(grand - half), float(grand + half)
+    return float(grand), math.sqrt((ms_s + ms_p) / (s * p)), df
+
+
+def two_way_t(table: np.ndarray, level: float) -> tuple[float, float]:
+    """The two-way random-effects t interval at ``level`` of the grand mean (:func:`two_way_parts`)."""
+    grand, se, df = two_way_parts(table)
+    half = scipy_t.ppf((1 + level) / 2, df) * se if se > 0 else 0.0
+    return grand - half, grand + half
+
+
+def t_pvalues(mean: float, se: float, df: float, margin: float) -> tuple[float, float]:
+    """``(p of no difference, p of the two one-sided tests at +-margin)`` of a t statistic (an exact mean: 0 or 1)."""
+    if se == 0:
+        return float(mean == 0), float(not abs(mean) < margin)
+    p_tost = max(scipy_t.sf((mean + margin) / se, df), scipy_t.cdf((mean - margin) / se, df))
+    return float(2 * scipy_t.sf(abs(mean) / se, df)), float(p_tost)
 
 
 def boot_intervals(groups: list[np.ndarray], n: int, seed: int, levels: tuple[float, ...]) -> list[tuple[float, float]]:
@@ -233,6 +253,8 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
     """The bootstrap rows of ``report/equivalence.csv`` (each regime against the baseline within a condition) and of
     ``conditions.csv`` where there is one (the baseline under each condition against it under the reference
     condition, the one no row names): the difference exactly, the interval to bootstrap noise."""
+    for table in ("equivalence.csv", "conditions.csv"):
+        recheck_holm(report / table, found, opts)
     for i, row in _bootstrap_rows(report / "equivalence.csv"):
         side, base = (row["condition"], row["regime"]), (row["condition"], baseline)
         _check_row(f"{row['condition']}: {row['regime']} - {baseline}", row, side, base, runs, found, opts, i)
@@ -250,6 +272,28 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
                 continue
             side, base = (row["regime"], baseline), (ref[0], baseline)
             _check_row(what, row, side, base, runs, found, opts, 10_000 + i)
+
+
+def recheck_holm(table: Path, found: Findings, opts: dict) -> None:
+    """``p_holm`` of every row is Holm's adjustment (statsmodels) of the table's ``p_diff``, and no *different* row
+    has an adjusted p at or above alpha unless the report's rule left multiplicity aside (``none``)."""
+    if not table.is_file():
+        return
+    frame = pd.read_csv(table)
+    if "p_holm" not in frame:
+        return
+    p = frame["p_diff"].to_numpy(dtype=float)
+    finite = np.isfinite(p)
+    again = np.full(len(p), math.nan)
+    if finite.any():
+        again[finite] = multipletests(p[finite], method="holm")[1]
+    for i, row in frame.iterrows():
+        found.compare(f"{table.name} row {i}: p_holm", _f(row["p_holm"]), again[i], opts["rtol"])
+    rule = (table.parent / "report.md").read_text() if (table.parent / "report.md").is_file() else ""
+    if "- multiplicity: none" not in rule:
+        kept = frame[(frame["verdict"] == "different") & ~(frame["p_holm"] < opts["alpha"])]
+        for _, row in kept.iterrows():
+            found.errors.append(f"{table.name}: {row['regime']} {row['metric']}: different with p_holm {row['p_holm']}")
 
 
 def recheck_primary(runs: pd.DataFrame, report: Path, found: Findings, opts: dict) -> None:
@@ -329,7 +373,17 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         found.compare(what + ": two-way t high end", _f(row.get("crossed_t_hi")), chi, opts["rtol"])
         lo, hi, ilo, ihi = min(lo, clo), max(hi, chi), min(ilo, cilo), max(ihi, cihi)
     _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
+    if "p_diff" in row and len(groups) > 1:  # the union's p is at least each t test's (exact here)
+        means = np.array([g.mean() for g in groups])
+        tests = [(means.mean(), means.std(ddof=1) / math.sqrt(len(means)), len(means) - 1)]
+        tests += [two_way_parts(table)] if two_way else []
+        for name, k in (("p_diff", 0), ("p_tost", 1)):
+            floor = max(t_pvalues(*t, float(row["margin"]))[k] for t in tests)
+            if not _f(row[name]) >= floor * (1 - opts["rtol"]) - 1e-12:
+                found.errors.append(f"{what}: {name} {_f(row[name]):.6g} below its t test's {floor:.6g}")
     again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
+    if again == "different" and row["verdict"] == "inconclusive" and _f(row.get("p_holm")) >= opts["alpha"]:
+        again = "inconclusive"  # Holm's adjustment over the report's tests of difference
     if again != row["verdict"]:
         found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
 

@@ -15,6 +15,14 @@ DESIGNS = {
     "intervals, even where the seeds share their prompts (the rule this report was first made under)",
 }
 
+#: how a report's verdicts of difference are adjusted for their number (``--multiplicity``)
+MULTIPLICITY = {
+    "holm": "Holm's step-down adjustment of the tests of difference over the verdict table (every regime, metric "
+    "and condition): a *different* needs its adjusted p (`p_holm`) below alpha",
+    "none": "none: each *different* rests on its own 95% interval (the rule this report was first made under; "
+    "`p_holm` is still listed)",
+}
+
 
 @dataclass(frozen=True)
 class Margin:
@@ -59,6 +67,7 @@ class ReportConfig:
     seed: int = 0  # the bootstrap's seed: the same report every time
     reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
     design: str = "crossed"  # Design: the intervals' model of seeds and prompts (analysis.crossed)
+    multiplicity: str = "holm"  # MULTIPLICITY: the adjustment of the verdicts of difference (analysis.pvalues)
 
     def metrics(self) -> list[str]:
         """The metrics that get a verdict, the primary first."""
@@ -77,6 +86,7 @@ class ReportConfig:
             f"(two one-sided tests) the {100 * (1 - 2 * self.alpha):g}% interval",
             f"- bootstrap: {self.n_boot} resamples, seed {self.seed} (deterministic: the same numbers every run)",
             f"- design: {DESIGNS[self.design]}",
+            f"- multiplicity: {MULTIPLICITY[self.multiplicity]}",
         ]
 
 
@@ -106,6 +116,7 @@ def build_config(
     seed: int = 0,
     reference_condition: str | None = None,
     design: str = "crossed",
+    multiplicity: str = "holm",
 ) -> ReportConfig:
     """A config from CLI-style values: ``margins`` override or add to the defaults."""
     if not 0 < alpha < 0.5:
@@ -114,6 +125,10 @@ def build_config(
         raise ValueError(f"the bootstrap needs at least 100 resamples, not {n_boot}")
     if design not in DESIGNS:
         raise ValueError(f"--design must be one of {', '.join(DESIGNS)}, not {design!r}")
+    if multiplicity not in MULTIPLICITY:
+        raise ValueError(f"--multiplicity must be one of {', '.join(MULTIPLICITY)}, not {multiplicity!r}")
     resolved = default_margins()
     resolved.update(parse_margin(m) for m in margins or [])
-    return ReportConfig(primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition, design)
+    return ReportConfig(
+        primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition, design, multiplicity
+    )

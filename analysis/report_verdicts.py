@@ -7,6 +7,7 @@ import pandas as pd
 
 from analysis.equivalence import BOOT, DIFFERENT, EQUIVALENT, INCONCLUSIVE, null_control, parse_seed_cell
 from analysis.markdown import bracket, md_table, num, span
+from analysis.pvalues import MOST_SEEDS
 from analysis.report_config import ReportConfig
 from analysis.samples import COUPLED
 
@@ -73,6 +74,23 @@ def own_table(own: pd.DataFrame, cfg: ReportConfig, label: str = "regime") -> st
     return md_table([label, *[f"{m} [95%]" for m in metrics], "interval"], rows)
 
 
+def _p_cell(r) -> str:
+    """``p_diff (p_holm); p_tost`` of a verdict row (n/a where a test does not apply)."""
+    return f"{_p(r.get('p_diff'))} ({_p(r.get('p_holm'))}); {_p(r.get('p_tost'))}"
+
+
+def _p(v) -> str:
+    return "n/a" if v is None or not v == v else "<0.001" if v < 0.001 else f"{v:.3f}"
+
+
+def _power_cell(r) -> str:
+    """The TOST's power with the row's seeds if the true difference were 0, and the seeds 80% needs."""
+    power, seeds = r.get("power_tost"), r.get("seeds_for_power")
+    if power is None or not power == power:
+        return "n/a"
+    return f"{power:.2f} ({'>' + str(MOST_SEEDS) if seeds == float('inf') else f'{seeds:.0f}'})"
+
+
 def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") -> str:
     """One row per regime and metric: difference, its intervals, the margin and the verdict (``label``: what the
     rows are)."""
@@ -87,6 +105,8 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") ->
             bracket(r["lo_inner"], r["hi_inner"]),
             f"±{num(r['margin'])}",
             f"**{r['verdict']}**",
+            _p_cell(r),
+            _power_cell(r),
             "; ".join(x for x in (r["method"], r["note"]) if x),
         ]
         for _, r in eq.iterrows()
@@ -99,6 +119,8 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") ->
         f"{in_pct:g}% (TOST)",
         "margin",
         "verdict",
+        "p: diff (Holm); TOST",
+        "TOST power (seeds for 80%)",
         "interval, note",
     ]
     if any(seeds):  # several seeds: each seed's own difference, the spread the seed-level t interval reads

@@ -24,6 +24,7 @@ from scipy import stats
 
 from ablate.tracking import schema
 from analysis.bootstrap import rng_for, seed_percentile
+from analysis.pvalues import holm
 
 ALPHA = 0.05
 #: units of quantities that cannot be negative
@@ -116,19 +117,6 @@ def aggregate(
     out = pd.DataFrame(rows)
     methods = [c for c in out if c.endswith("_method")]
     return out.astype(dict.fromkeys(methods, object)).copy()  # consolidated: not one block per column
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjustment; NaN p-values are left out and stay NaN."""
-    idx = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
-    order = sorted(idx, key=lambda i: pvalues[i])
-    m = len(order)
-    adjusted = [math.nan] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def paired_vs_baseline(

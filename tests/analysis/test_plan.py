@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from analysis.__main__ import main
-from analysis.plan import MOST_SEEDS, seeds_needed, tost_power
+from analysis.pvalues import MOST_SEEDS, seeds_needed, tost_power
 from tests.analysis.synthetic import samples, write_run
 
 

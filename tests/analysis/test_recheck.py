@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
+from analysis import pvalues
 from analysis.__main__ import main
 from analysis.load import load_runs
 from analysis.recheck import PER_PROMPT, Findings, recheck, recheck_primary, recheck_report
@@ -59,7 +60,8 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
 
 @pytest.fixture
 def two_runs(tmp_path):
-    """full and int8 (every seed) of the committed DPO report, and its equivalence rows for int8 alone."""
+    """full and int8 (every seed) of the committed DPO report, and its equivalence rows for int8 alone (a family of
+    their own: their Holm-adjusted p-values adjusted over those rows)."""
     sweep = tmp_path / "sweep"
     for job in (DPO / "runs" / "report_dpo").glob("logger=none,ref=*,seed=*"):
         if job.name.split(",")[1] in ("ref=full", "ref=int8"):
@@ -67,7 +69,9 @@ def two_runs(tmp_path):
     report = tmp_path / "report"
     report.mkdir()
     table = pd.read_csv(DPO / "equivalence.csv")
-    table[table["regime"] == "int8"].to_csv(report / "equivalence.csv", index=False)
+    table = table[table["regime"] == "int8"].copy()
+    table["p_holm"] = pvalues.holm(table["p_diff"])
+    table.to_csv(report / "equivalence.csv", index=False)
     return sweep, report
 
 
@@ -97,6 +101,18 @@ def test_a_difference_or_interval_that_the_samples_do_not_give_is_caught(two_run
     assert len(found.errors) == 1 and f"int8 - full: {table.loc[0, 'metric']}" in found.errors[0]
 
 
+@pytest.mark.parametrize("column", ["p_diff", "p_tost", "p_holm"])
+def test_a_p_value_that_its_own_tests_do_not_give_is_caught(two_runs, column):
+    """A p below its row's t test (the union's p is the largest of its methods'), or a Holm adjustment that is not
+    the table's."""
+    sweep, report = two_runs
+    table = pd.read_csv(report / "equivalence.csv")
+    table.loc[0, column] = 0.0 if column != "p_holm" else table.loc[0, "p_holm"] / 2
+    table.to_csv(report / "equivalence.csv", index=False)
+    found = recheck([sweep], report, n_boot=1000)
+    assert any(f": {column}" in e for e in found.errors), found.errors
+
+
 def test_the_command_line_exits_1_on_a_disagreement_and_2_on_bad_input(two_runs, capsys):
     sweep, report = two_runs
     assert main(["recheck", str(sweep), "--report", str(report), "--boot", "500"]) == 0
@@ -117,7 +133,8 @@ def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path)
     """conditions.csv: `full` under each condition against the reference condition (GRPO: k2, k3 against k1)."""
     committed = REPO / "reports" / "grpo_kl"
     shutil.copytree(committed / "runs", tmp_path / "runs")
-    shutil.copy(committed / "equivalence.csv", tmp_path / "equivalence.csv")
+    for f in ("equivalence.csv", "report.md"):  # report.md: its rules (multiplicity)
+        shutil.copy(committed / f, tmp_path / f)
     table = pd.read_csv(committed / "conditions.csv")
     row = table.index[(table["regime"] == "algo.kl_estimator=k2") & (table["metric"] == "kl_true")][0]
     table.loc[row, "diff"] += 1e-6

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from analysis.load import from_recorded
-from analysis.stats import aggregate, holm, paired_vs_baseline, t_interval
+from analysis.stats import aggregate, paired_vs_baseline, t_interval
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "analysis" / "fixtures" / "wandb_api_runs.json"
@@ -22,12 +22,6 @@ def test_t_interval_drops_nan_and_has_no_interval_for_one_value():
     iv = t_interval([float("nan"), 5.0])
     assert (iv.mean, iv.n) == (5.0, 1) and math.isnan(iv.lo) and math.isnan(iv.std)
     assert t_interval([]).n == 0 and math.isnan(t_interval([]).mean)
-
-
-def test_holm_known_numbers():
-    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    adj = holm([float("nan"), 0.2])
-    assert math.isnan(adj[0]) and adj[1] == pytest.approx(0.2)
 
 
 def test_aggregate_and_paired_test_on_the_recorded_runs():
