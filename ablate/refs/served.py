@@ -148,7 +148,10 @@ class ServedReference(Reference):
         self.client.models()  # answers at all: else one line now, not at step 1
         self._check_tokenizer()
         self.prefetcher = self.background = None
-        self._audited: dict = {}  # the last audited batch's rows: distribution() and logprobs() share one echo each
+        # the audits' answers by row ((ids, targets) -> values, None where the server tokenizes it otherwise): the
+        # served reference is frozen, so a row audited again (the training pairs, at every evaluation; a batch's
+        # distribution and then its log-probs) is read from here, not asked again
+        self._audited: dict = {}
         if cfg.prefetch:
             from ablate.serving.prefetch import Prefetcher
 
@@ -324,16 +327,16 @@ class ServedReference(Reference):
         vocab = self._vocab_size
         rows, n = batch.input_ids.shape
         out = torch.full((rows, n - 1, vocab), -math.log(vocab), dtype=torch.float32)
-        self._audited, other = {}, 0
+        other = 0
         for i, row in enumerate(self._rows(batch)):
             if row is None:
                 continue
             start, ids, targets = row
             got = self._ask(ids, targets, self.client, self.cfg.top)
+            self._audited[ids, targets] = None if got is None else got[0]
             if got is None:
                 other += 1
                 continue
-            self._audited[ids, targets] = got[0]
             for j, v, top in zip(targets, *got):
                 out[i, start + j - 1] = self._spread({**top, ids[j]: v}, vocab)
         if other:
@@ -386,10 +389,12 @@ class ServedReference(Reference):
                 continue
             start, ids, targets = row
             found, values = self.prefetcher.take((ids, targets)) if self.prefetcher and self.counting else (False, None)
-            if not self.counting and (ids, targets) in self._audited:  # the audit's distribution asked already
+            if not self.counting and (ids, targets) in self._audited:  # an audit asked already
                 found, values = True, self._audited[ids, targets]
             if not found:
                 values = self._row(ids, targets)
+                if not self.counting:
+                    self._audited[ids, targets] = values
             if values is None:
                 if self.counting:
                     self.mismatch_rows += 1

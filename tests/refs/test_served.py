@@ -116,6 +116,11 @@ def test_the_audits_distribution_is_the_servers_top_k_and_a_tail_from_the_same_e
     assert served.client.stats.requests - before == asked
     at_tokens = dist.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     assert (got[batch.target_mask] == at_tokens[batch.target_mask]).all()
+    # the reference is frozen: a later audit of the same rows (the pairs, at every evaluation) asks nothing again
+    pairs = chat_batch(tokenizer, left=True)
+    first = served.logprobs(pairs, purpose=AUDIT)
+    asked = served.client.stats.requests
+    assert (served.logprobs(pairs, purpose=AUDIT) == first).all() and served.client.stats.requests == asked
 
 
 def non_canonical_batch(tokenizer) -> TokenBatch:
