@@ -43,6 +43,10 @@ def _session_env(tmp_path_factory):
     """Hermetic cache and W&B for the whole session (the SmolLM2 tokenizer is extracted once)."""
     cache = os.environ.get("ABLATE_TEST_CACHE") or str(tmp_path_factory.mktemp("ablate_cache"))
     os.environ["ABLATE_CACHE"] = cache
+    # transformers prints a line when its W&B integration is first imported under WANDB_MODE=offline: import it
+    # first, so that no test's captured output depends on whether an earlier test in its worker imported it
+    import transformers.integrations.integration_utils  # noqa: F401
+
     os.environ["WANDB_MODE"] = "offline"
     os.environ["WANDB_SILENT"] = "true"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"

@@ -177,24 +177,44 @@ def _take(row: dict, why: dict, metrics: dict, reasons: dict, keys, grad_key: st
             why[out] = reasons[key]
 
 
-def stand_in_kl(reference: Reference, bench: Bench) -> tuple[float, str | None]:
+def stand_in_kl(reference: Reference, bench: Bench) -> tuple[float, str | None, str | None]:
     """Exact KL(SFT || regime) in nats per response (mean over the fresh samples), as the evaluator's ``kl/approx``
-    at step 0: both scored in ``eval.precision``, normalised and summed in float64; or NaN and why."""
+    at step 0: both scored in ``eval.precision``, normalised and summed in float64; or NaN and why. A batch the
+    regime has no distribution for is scored row by row, and the rows it has none for are left out (a served model
+    whose tokenizer splits a sampled response otherwise, say): then the third value says over how many responses
+    the mean is, and why the rest are not in it. (The evaluator's ``kl/approx`` is a mean over every response or
+    NaN: it is set beside the true KL of them all.)"""
     if not reference.has_reference:
-        return NAN, f"ref={reference.name} trains without a reference: there is no stand-in divergence"
-    device, per_response = bench.inputs.device, []
+        return NAN, f"ref={reference.name} trains without a reference: there is no stand-in divergence", None
+    device, per_response, left_out, why = bench.inputs.device, [], 0, ""
     for sb in bench.fresh:
         batch = sb.batch.to(device)
-        mask = batch.target_mask
-        with torch.no_grad(), autocast(device, bench.eval_precision):
-            try:
-                stand_in = reference.distribution(batch)
-            except NotImplementedError as e:
-                return NAN, str(e)
-            sft = next_token_logits(bench.judge, batch)
-        terms = klm.audit_terms(sft, sft, batch.input_ids[:, 1:], mask, stand_in)
-        per_response += klm.sequence_sum(terms.stand_in_kl, mask).tolist()
-    return mm.mean(per_response), None if per_response else "no fresh samples"
+        try:
+            per_response += _response_kls(reference, bench, batch)
+        except NotImplementedError as e:
+            why = str(e)
+            for i in range(batch.input_ids.shape[0]):
+                row = TokenBatch(
+                    *(t[i : i + 1] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask))
+                )
+                try:
+                    per_response += _response_kls(reference, bench, row)
+                except NotImplementedError as e:
+                    why, left_out = str(e), left_out + 1
+    if not per_response:
+        return NAN, why or "no fresh samples", None
+    note = f"over {len(per_response)} of {len(per_response) + left_out} fresh responses; {why}" if left_out else None
+    return mm.mean(per_response), None, note
+
+
+def _response_kls(reference: Reference, bench: Bench, batch: TokenBatch) -> list[float]:
+    """Each response's KL(SFT || regime) in nats (NotImplementedError where the regime has no distribution)."""
+    mask = batch.target_mask
+    with torch.no_grad(), autocast(bench.inputs.device, bench.eval_precision):
+        stand_in = reference.distribution(batch)
+        sft = next_token_logits(bench.judge, batch)
+    terms = klm.audit_terms(sft, sft, batch.input_ids[:, 1:], mask, stand_in)
+    return klm.sequence_sum(terms.stand_in_kl, mask).tolist()
 
 
 def logprobs_seconds(reference: Reference, batches: list[TokenBatch], device) -> float:
@@ -229,9 +249,10 @@ def measure_regime(cfg, bench: Bench) -> dict:
     online = trainer_for(cfg, bench, bench.online, reference) if audited else None
     figures = bench.online.measure(bench.policy, reference, bench.fresh, trainer=online)
     _take(row, why, *figures, ONLINE_KEYS, "online_grad_cos")
-    row["stand_in_kl"], reason = stand_in_kl(reference, bench)
+    row["stand_in_kl"], reason, note = stand_in_kl(reference, bench)
     if reason:
         why["stand_in_kl"] = reason
+    row["notes"] = {"stand_in_kl": note} if note else {}
     cost = reference.cost()
     row.update(
         bytes_held=float(cost.bytes_held),

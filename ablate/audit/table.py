@@ -69,10 +69,17 @@ def reasons(rows: list[dict]) -> list[str]:
     return lines
 
 
+def notes(rows: list[dict]) -> list[str]:
+    """One line per figure that is a number but not over all the data (``notes``: a stand-in KL over the responses
+    the regime could score)."""
+    return [f"- note ({r['regime']}: {key}): {text}" for r in rows for key, text in r.get("notes", {}).items()]
+
+
 def report(command: str, settings: dict, rows: list[dict]) -> str:
-    """The printed (and ``audit.md``) report: the command, the settings, the table, the n/a reasons."""
+    """The printed (and ``audit.md``) report: the command, the settings, the table, the n/a reasons and notes."""
     head = [f"`{command}`", ""] + [f"- {k}: {v}" for k, v in settings.items()]
-    return "\n".join([*head, "", render(rows, settings.get("online_algo", "online")), "", *reasons(rows)]) + "\n"
+    table = render(rows, settings.get("online_algo", "online"))
+    return "\n".join([*head, "", table, "", *reasons(rows), *notes(rows)]) + "\n"
 
 
 def write(out: Path, command: str, settings: dict, rows: list[dict], text: str) -> list[Path]:

@@ -136,6 +136,30 @@ def non_canonical_batch(tokenizer) -> TokenBatch:
 
 
 @pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
+def test_the_audits_stand_in_kl_leaves_out_a_response_tokenized_otherwise_and_says_so(served, ctx, tokenizer):
+    """``python -m ablate.audit``'s KL(SFT || served): over the responses the server could score, with a note; the
+    evaluator's whole-batch distribution still refuses (its kl/approx is over every response or NaN)."""
+    from types import SimpleNamespace
+
+    from ablate.audit.measure import stand_in_kl
+
+    batch = non_canonical_batch(tokenizer)
+    judge = ctx.load_model()
+    bench = SimpleNamespace(
+        inputs=SimpleNamespace(device=torch.device("cpu")), fresh=[SimpleNamespace(batch=batch)],
+        eval_precision="fp32", judge=judge,
+    )  # fmt: skip
+    with pytest.raises(NotImplementedError, match="tokenizes 1 sampled responses otherwise"):
+        served.distribution(batch)
+    value, why, note = stand_in_kl(served, bench)
+    assert why is None and note.startswith("over 1 of 2 fresh responses; ") and "otherwise" in note
+    canonical = SimpleNamespace(**{**vars(bench), "fresh": [SimpleNamespace(batch=TokenBatch(
+        *(t[1:] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask))))]})  # fmt: skip
+    assert stand_in_kl(served, canonical) == (value, None, None)
+    assert 0 <= value < 0.5  # the F32 export's top-k + tail against full: the tail's share alone
+
+
+@pytest.mark.slow  # a llama.cpp server, whose echo sorts the vocabulary in Python for every token
 def test_a_row_the_server_tokenizes_otherwise_is_skipped_or_refused(served, ctx, tokenizer):
     batch = non_canonical_batch(tokenizer)
     before = served.mismatch_rows
