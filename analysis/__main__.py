@@ -22,7 +22,9 @@ def _statistics_options(r: argparse.ArgumentParser) -> None:
     from analysis.report_config import DESIGNS, MULTIPLICITY
 
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
-    s.add_argument("--primary", default="reward_delta", help="the declared primary metric (default: reward_delta)")
+    s.add_argument(
+        "--primary", default=None, help="the primary metric (default: the runs' plan.primary, else reward_delta)"
+    )
     s.add_argument(
         "--reference-condition",
         default=None,
@@ -114,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "calibration":
         return _calibration(args, argv)
 
-    from analysis import load
+    from analysis import declared, load
     from analysis.report import write_report
     from analysis.report_config import build_config
 
     try:
         config = build_config(
             args.margin,
-            args.primary,
+            args.primary or "reward_delta",
             args.alpha,
             args.baseline,
             args.null_control,
@@ -146,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.folders:
                 parser.error("give at least one sweep folder")
             data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
+        config = declared.apply(config, declared.plan_of(data.runs), args.margin, args.primary)
         if config.reference_condition is not None:  # one line before any table is computed
             from analysis.conditions import reference_condition
 
@@ -205,18 +208,28 @@ def _plan_parser(sub) -> None:
         "--margin", action="append", default=[], metavar="METRIC=VALUE", help="as for report (defaults the same)"
     )
     n.add_argument("--csv", type=Path, default=None, help="also write the plan to this CSV file")
+    n.add_argument(
+        "--fraction",
+        type=float,
+        default=None,
+        help="also derive margins to declare before the runs: this share of the baseline's effect over the SFT "
+        "model (e.g. 0.25, from a calibration's runs)",
+    )
 
 
 def _plan(args) -> int:
-    from analysis import load, plan
+    from analysis import declared, load, plan
     from analysis.report_config import build_config
     from analysis.samples import prompt_frame
 
     try:
         if not 0 < args.power < 1:
             raise ValueError(f"--power must be in (0, 1), not {args.power}")
+        if args.fraction is not None and not 0 < args.fraction < 1:
+            raise ValueError(f"--fraction must be in (0, 1), not {args.fraction}")
         cfg = build_config(args.margin, alpha=args.alpha, baseline=args.baseline)
         runs = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds)).runs
+        cfg = declared.apply(cfg, declared.plan_of(runs), args.margin, None)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
@@ -224,6 +237,10 @@ def _plan(args) -> int:
     if args.csv is not None:
         table.to_csv(args.csv, index=False)
     print("\n".join(plan.describe(table, args.power)))
+    if args.fraction is not None:
+        print(
+            "\n" + "\n".join(plan.describe_margins(plan.margins_from_effect(runs, cfg, args.fraction), args.fraction))
+        )
     return 0
 
 

@@ -128,6 +128,7 @@ NOT_A_CONDITION = (
     "cfg.checkpoint.",
     "cfg.save_policy",
     "cfg.model.device",
+    "cfg.plan.",
 )
 
 

@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.declared import SFT_VALUE
 from analysis.equivalence import seed_values
 from analysis.pvalues import MOST_SEEDS, seeds_needed, tost_power
 from analysis.report_config import ReportConfig
@@ -105,5 +106,45 @@ def describe(table: pd.DataFrame, power: float) -> list[str]:
             f"| {r['condition']} | {r['regime']} | {r['metric']} | {r['pilot_seeds']} | {f(r['diff'])} | {f(r['sd'])} "
             f"| {f(r['margin'])} | {f(r['power_now'])} | {seeds(r['seeds_if_0'])} | {seeds(r['seeds_if_observed'])} "
             f"| {r['note']} |"
+        )
+    return lines
+
+
+def margins_from_effect(runs: pd.DataFrame, cfg: ReportConfig, fraction: float) -> pd.DataFrame:
+    """Margins to declare before a sweep (``plan.margins``), per condition of the baseline's runs (a calibration's
+    settings): ``fraction`` of the baseline's effect over the SFT model on each metric with an SFT value
+    (:data:`analysis.declared.SFT_VALUE`), from the mean over its finished runs."""
+    done = runs[(runs["status"] == "finished") & (runs["regime"] == cfg.baseline)]
+    out = []
+    for cond, g in done.groupby("condition", sort=False):
+        for metric, sft in SFT_VALUE.items():
+            if metric not in g:
+                continue
+            mean = float(g[metric].astype(float).mean())
+            effect = abs(mean - sft)
+            out.append(
+                dict(
+                    condition=cond, metric=metric, runs=len(g), mean=mean, sft=sft, effect=effect,
+                    margin=fraction * effect, override=f"+plan.margins.{metric}={fraction * effect:.3g}",
+                )
+            )  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def describe_margins(table: pd.DataFrame, fraction: float) -> list[str]:
+    """The derived margins as a markdown table, each with the override that declares it."""
+    if not len(table):
+        return ["plan: no finished baseline runs to derive margins from"]
+    lines = [
+        f"Margins at {fraction:.0%} of the baseline's effect over the SFT model (declare them before the runs: "
+        "the overrides, or a `plan:` block in the sweep preset):",
+        "",
+        "| condition | metric | runs | baseline mean | SFT | effect | margin | override |",
+        "|---|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['condition']} | {r['metric']} | {r['runs']} | {r['mean']:.3g} | {r['sft']:g} | {r['effect']:.3g} | "
+            f"{r['margin']:.3g} | `{r['override']}` |"
         )
     return lines

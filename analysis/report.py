@@ -15,6 +15,7 @@ from analysis import figures
 from analysis.archive import reproduce_lines
 from analysis.bench_costs import cost_lines
 from analysis.conditions import section as conditions_section
+from analysis.declared import effect_warnings
 from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs, natural_key
 from analysis.markdown import md_table, span
@@ -266,6 +267,8 @@ def write_report(
         "",
     ]
     lines += statistics_lines(cfg, prompts, eq)
+    warnings = effect_warnings(cfg, runs)
+    lines += [*warnings, ""] if warnings else []
     lines += null_control_lines(eq, cfg)
     lines += _problems_table(data)
 

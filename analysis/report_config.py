@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ablate.config.run import parse_margin_value
+from ablate.errors import ConfigError
+
 #: the intervals' model of seeds and prompts (``--design``)
 DESIGNS = {
     "crossed": "crossed where the seeds share their prompts: the union of the two-way bootstrap, the two-way "
@@ -68,6 +71,7 @@ class ReportConfig:
     reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
     design: str = "crossed"  # Design: the intervals' model of seeds and prompts (analysis.crossed)
     multiplicity: str = "holm"  # MULTIPLICITY: the adjustment of the verdicts of difference (analysis.pvalues)
+    origin: tuple[str, ...] = ()  # where the margins came from (analysis.declared), markdown bullets
 
     def metrics(self) -> list[str]:
         """The metrics that get a verdict, the primary first."""
@@ -82,6 +86,7 @@ class ReportConfig:
         return [
             f"- primary metric: `{self.primary}`; baseline `{self.baseline}`; null control `{self.null_control}`",
             f"- equivalence margins: {margins or 'none'}",
+            *self.origin,
             f"- alpha {self.alpha:g}: a difference needs the {100 * (1 - self.alpha):g}% interval, equivalence "
             f"(two one-sided tests) the {100 * (1 - 2 * self.alpha):g}% interval",
             f"- bootstrap: {self.n_boot} resamples, seed {self.seed} (deterministic: the same numbers every run)",
@@ -96,14 +101,11 @@ def parse_margin(text: str) -> tuple[str, Margin]:
     name, value = name.strip(), value.strip()
     if not sep or not name or not value:
         raise ValueError(f"a margin is metric=value or metric=value%, not {text!r}")
-    relative = value.endswith("%")
     try:
-        number = float(value[:-1] if relative else value)
-    except ValueError:
-        raise ValueError(f"margin {text!r}: {value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"margin {text!r}: it must be a positive number")
-    return name, Margin(number / 100 if relative else number, relative)
+        number, relative = parse_margin_value(name, value)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return name, Margin(number, relative)
 
 
 def build_config(

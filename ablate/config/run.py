@@ -3,6 +3,7 @@ and :func:`validate`, the checks that span groups."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,40 @@ class DivergenceConfig:
         require(self.max_kl is None or self.max_kl > 0, f"divergence.max_kl must be > 0, got {self.max_kl}")
 
 
+# ------------------------------------------------------------------------------------------------ plan
+def parse_margin_value(metric: str, value: str) -> tuple[float, bool]:
+    """``(number, relative)`` of a margin written ``0.05`` (in the metric's unit) or ``10%`` (of the baseline's
+    mean); a ConfigError for anything else (a margin must be a positive number)."""
+    text = str(value).strip()
+    relative = text.endswith("%")
+    try:
+        number = float(text[:-1] if relative else text)
+    except ValueError:
+        number = math.nan
+    require(
+        math.isfinite(number) and number > 0,
+        f"margin {metric}={value!r}: a margin is a positive number (0.05) or a share of the baseline's mean (10%)",
+    )
+    return (number / 100 if relative else number), relative
+
+
+@dataclass
+class PlanConfig:
+    """The analysis a sweep declares before its runs (docs/statistics.md, "Margins declared in advance"): every
+    run's config.yaml keeps it, and ``python -m analysis report`` reads its margins from the runs. Empty (the
+    default): nothing declared; the report then says its margins were chosen at analysis time."""
+
+    primary: str | None = None  # the primary metric (None: the report's default, reward_delta)
+    margins: dict[str, str] = field(default_factory=dict)  # metric -> "0.05" (its unit) or "10%" (of the baseline)
+    seeds: int | None = None  # the seeds the verdicts were planned for (python -m analysis plan)
+    basis: str = ""  # where the margins come from, in words (e.g. 25% of full's effect in reports/calibration)
+
+    def __post_init__(self) -> None:
+        for metric, value in self.margins.items():
+            parse_margin_value(metric, value)
+        require(self.seeds is None or self.seeds >= 2, f"plan.seeds must be 2 or more, got {self.seeds}")
+
+
 # ------------------------------------------------------------------------------------------------- top
 @dataclass
 class Config:
@@ -99,6 +134,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)  # the analysis declared before the runs (margins)
     seed: int = 0
     threads: int | None = None  # torch CPU threads (None: all cores, or cores / workers under a parallel launcher)
     save_policy: bool = False  # save the final policy (or adapter) into the run folder

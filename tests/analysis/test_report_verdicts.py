@@ -124,7 +124,9 @@ def test_a_bad_margin_is_one_line(tmp_path, capsys):
     except SystemExit as e:
         assert e.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.endswith("error: margin 'kl_true=ten': 'ten' is not a number")
+    assert err.endswith(
+        "error: margin kl_true='ten': a margin is a positive number (0.05) or a share of the baseline's mean (10%)"
+    )
 
 
 @pytest.mark.slow
