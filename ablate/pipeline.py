@@ -28,6 +28,23 @@ from ablate.tracking.memory import phase_peak_bytes, reset_phase_peak
 log = logging.getLogger(__name__)
 
 
+def warn_slow_bf16(cfg, device) -> None:
+    """One warning where ``model.precision=bf16`` trains on a CPU without bf16 instructions (its matmuls then run
+    ATen's reference kernel, many times slower than fp32): the choice stays the user's, since fp32 changes the
+    numbers."""
+    from ablate.models.precision import SLOW_BF16, bf16_slowdown, is_bf16
+
+    if device.type != "cpu" or not is_bf16(cfg.model.precision):
+        return
+    ratio = bf16_slowdown()
+    if ratio > SLOW_BF16:
+        log.warning(
+            "model.precision=bf16 on a CPU without bf16 instructions: a bf16 matmul runs %.0fx slower than fp32 "
+            "here, so training will be slow; model.precision=fp32 trains faster on this machine (other numbers)",
+            ratio,
+        )
+
+
 def make_evaluator(
     cfg: Config,
     *,
@@ -95,6 +112,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         policy = add_adapter(policy, cfg.model.adapter)
     if resume is None:
         check_reference_is_policy(cfg, inputs, policy, pairs if algo.needs_pairs else None)
+    warn_slow_bf16(cfg, inputs.device)
     evaluator = make_evaluator(
         cfg,
         judge=inputs.frozen_copy(),  # ref=full reads the same copy (RunInputs.ref_context)

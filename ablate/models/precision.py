@@ -13,6 +13,30 @@ def is_bf16(precision: str) -> bool:
     return precision == "bf16"
 
 
+SLOW_BF16 = 5.0  # bf16 matmuls this many times slower than fp32: the CPU has no bf16 instructions (warned of)
+
+
+def bf16_slowdown(size: int = 256, repeats: int = 3) -> float:
+    """How many times slower a bf16 matmul runs than an fp32 one on this CPU (best of ``repeats`` each, side by
+    side). A CPU with bf16 instructions (AVX-512 BF16, AMX) runs bf16 at least as fast as fp32; one without them
+    (AVX2 only) sends bf16 matmuls to ATen's reference kernel: on such a 2-core machine a 1024^3 bf16 matmul took
+    60x its fp32 time (docs/measured.md)."""
+    import time
+
+    a = torch.randn(size, size)
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = a.to(dtype)
+        x @ x  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            x @ x
+            times.append(time.perf_counter() - t0)
+        best[dtype] = min(times)
+    return best[torch.bfloat16] / max(best[torch.float32], 1e-9)
+
+
 def autocast(device: torch.device, precision: str):
     """bf16 autocast when asked for; for fp32 an autocast-disabled context (so an outer bf16 one is undone)."""
     if is_bf16(precision):

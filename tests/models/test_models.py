@@ -60,3 +60,27 @@ def test_sampling_is_seeded_and_leaves_global_rng_alone(tiny_model, tokenizer):
     assert batch.input_ids.shape == batch.completion_mask.shape
     assert batch.completion_mask.sum(1).tolist() == a[0].lengths
     assert (batch.attention_mask >= batch.completion_mask).all()
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_of_once(caplog):
+    """The warning follows the measured ratio of a bf16 to an fp32 matmul (60x on an AVX2-only host, about 1 with
+    AVX-512 BF16): it is given exactly where the ratio passes the bound, and never for fp32 or a GPU."""
+    import logging
+    from types import SimpleNamespace
+
+    import torch
+
+    from ablate.models.precision import SLOW_BF16, bf16_slowdown
+    from ablate.pipeline import warn_slow_bf16
+
+    ratio = bf16_slowdown()
+    assert 0 < ratio < float("inf")
+    for precision, device in (("bf16", "cpu"), ("fp32", "cpu"), ("bf16", "meta")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ablate.pipeline"):
+            warn_slow_bf16(SimpleNamespace(model=SimpleNamespace(precision=precision)), torch.device(device))
+        warned = [r for r in caplog.records if "without bf16 instructions" in r.getMessage()]
+        if precision == "bf16" and device == "cpu" and ratio > 2 * SLOW_BF16:
+            assert len(warned) == 1
+        elif precision != "bf16" or device != "cpu" or ratio < SLOW_BF16 / 2:
+            assert not warned
