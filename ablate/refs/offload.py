@@ -35,8 +35,8 @@ move them (and on a CPU box not even that). Two traps, both handled here and pin
   embedding's and the head's), for the call only (read from Accelerate's code: the tests run on CPU only).
 
 The model is loaded on the run's device (as every regime's) before it is offloaded: on a GPU box the weights are there
-for the setup only. Bit-for-bit equality with ``full`` is tested on CPU; on a GPU the same kernels see the same
-weights, but that has not been checked here.
+for the setup only. Bit-for-bit equality with ``full`` is tested on CPU, and on a GPU by
+``tests/refs/test_offload_cuda.py`` (skipped without CUDA; run on an H200: docs/measured.md has its figures).
 """
 
 from __future__ import annotations
