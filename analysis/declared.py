@@ -20,7 +20,7 @@ import math
 import pandas as pd
 
 from analysis.load import is_missing
-from analysis.report_config import Margin, ReportConfig, parse_margin
+from analysis.report_config import ReportConfig, parse_margin
 
 PREFIX = "cfg.plan."
 #: each metric's value for the SFT model itself (the baseline's effect is its mean's distance from this)
@@ -66,7 +66,7 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
         return dataclasses.replace(cfg, primary=primary, origin=tuple(origin))
     margins = dict(cfg.margins)
     given = dict(parse_margin(m) for m in cli_margins)
-    declared = {m: Margin(*_value(m, v)) for m, v in plan["margins"].items()}
+    declared = dict(parse_margin(f"{m}={v}") for m, v in plan["margins"].items())
     margins.update(declared)
     margins.update(given)
     listed = ", ".join(f"`{m}` ±{declared[m].describe()}" for m in declared) or "none"
@@ -85,10 +85,6 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
     if cli_primary and plan.get("primary") and cli_primary != plan["primary"]:
         origin.append(f"- **primary metric changed at analysis time**: `{cli_primary}` (declared `{plan['primary']}`)")
     return dataclasses.replace(cfg, primary=primary, margins=margins, origin=tuple(origin))
-
-
-def _value(metric: str, value: str) -> tuple[float, bool]:
-    return parse_margin(f"{metric}={value}")[1].value, value.strip().endswith("%")
 
 
 def effect_warnings(cfg: ReportConfig, runs: pd.DataFrame) -> list[str]:
