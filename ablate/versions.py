@@ -27,6 +27,7 @@ DEPENDENCIES: dict[str, str] = {
     "pandas": "==3.1.1",
     "pyarrow": ">=20",
     "scipy": ">=1.17,<1.18",
+    "statsmodels": "==0.15.0",
     "matplotlib": "==3.11.2",
     "vaderSentiment": "==3.3.2",
     "alt-profanity-check": "==1.9.1",
