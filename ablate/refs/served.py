@@ -148,9 +148,9 @@ class ServedReference(Reference):
         self.client.models()  # answers at all: else one line now, not at step 1
         self._check_tokenizer()
         self.prefetcher = self.background = None
-        # the audits' answers by row ((ids, targets) -> values, None where the server tokenizes it otherwise): the
-        # served reference is frozen, so a row audited again (the training pairs, at every evaluation; a batch's
-        # distribution and then its log-probs) is read from here, not asked again
+        # the audits' answers by row ((ids, targets) -> (values, top log-probs or None), None where the server
+        # tokenizes it otherwise): the served reference is frozen, so a row audited again (the training pairs, at
+        # every evaluation; a batch's distribution, then its log-probs, or its rows one by one) is read from here
         self._audited: dict = {}
         if cfg.prefetch:
             from ablate.serving.prefetch import Prefetcher
@@ -332,8 +332,9 @@ class ServedReference(Reference):
             if row is None:
                 continue
             start, ids, targets = row
-            got = self._ask(ids, targets, self.client, self.cfg.top)
-            self._audited[ids, targets] = None if got is None else got[0]
+            got = self._audited.get((ids, targets), ())
+            if got is not None and (not got or got[1] is None):  # not asked, or asked without its top log-probs
+                got = self._audited[ids, targets] = self._ask(ids, targets, self.client, self.cfg.top)
             if got is None:
                 other += 1
                 continue
@@ -390,11 +391,12 @@ class ServedReference(Reference):
             start, ids, targets = row
             found, values = self.prefetcher.take((ids, targets)) if self.prefetcher and self.counting else (False, None)
             if not self.counting and (ids, targets) in self._audited:  # an audit asked already
-                found, values = True, self._audited[ids, targets]
+                got = self._audited[ids, targets]
+                found, values = True, None if got is None else got[0]
             if not found:
                 values = self._row(ids, targets)
                 if not self.counting:
-                    self._audited[ids, targets] = values
+                    self._audited[ids, targets] = None if values is None else (values, None)
             if values is None:
                 if self.counting:
                     self.mismatch_rows += 1

@@ -151,7 +151,9 @@ def test_the_audits_stand_in_kl_leaves_out_a_response_tokenized_otherwise_and_sa
     )  # fmt: skip
     with pytest.raises(NotImplementedError, match="tokenizes 1 sampled responses otherwise"):
         served.distribution(batch)
+    asked = served.client.stats.requests
     value, why, note = stand_in_kl(served, bench)
+    assert served.client.stats.requests == asked  # every row's answer, top log-probs too, was kept from the first ask
     assert why is None and note.startswith("over 1 of 2 fresh responses; ") and "otherwise" in note
     canonical = SimpleNamespace(**{**vars(bench), "fresh": [SimpleNamespace(batch=TokenBatch(
         *(t[1:] for t in (batch.input_ids, batch.attention_mask, batch.completion_mask))))]})  # fmt: skip
