@@ -164,7 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench is not None and not args.bench.is_file():
         print(f"analysis: error: no such bench CSV: {args.bench}", file=sys.stderr)
         return 2
-    report = write_report(data, args.out, command=command, title=title, notes=notes, config=config, bench=args.bench)
+    from analysis.notes import NotesError
+
+    try:
+        report = write_report(
+            data, args.out, command=command, title=title, notes=notes, config=config, bench=args.bench
+        )
+    except NotesError as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
     return 0

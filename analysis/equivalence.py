@@ -9,7 +9,9 @@ The rule (alpha from the report's config, 0.05 by default):
 - *inconclusive*: neither: the data cannot tell an effect as large as the margin from none.
 
 A difference smaller than the margin that the 95% interval still detects is *equivalent* (the practitioner's
-question is whether the stand-in changes the result by more than the margin), with a note.
+question is whether the stand-in changes the result by more than the margin), with a note. A regime whose values
+equal the baseline's on every sample (every prompt of every seed) gets no verdict but *determinism check*: an
+identical code path cannot differ by noise, so the row tests nothing; it has no p-value and is not counted.
 
 The intervals come from each run's ``samples.jsonl``, paired by seed and prompt: a hierarchical percentile
 bootstrap over seeds and prompts (:mod:`analysis.bootstrap`) and, with two seeds or more, also the Student-t
@@ -36,6 +38,11 @@ from analysis.samples import PER_PROMPT, by_seed, groups, paired_series
 from analysis.stats import is_positive, positive_interval, t_interval
 
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "equivalent", "different", "inconclusive"
+# a regime identical to the baseline on every sample of every seed (the same code path, e.g. GRPO's ``cached`` with
+# ``miss=fallback``, DPO's ``topk`` with ``keep_sampled=true``): it checks determinism, it cannot fail on noise, so it
+# is no test: left out of the verdict counts and of Holm's family
+DETERMINISM = "determinism check"
+IDENTICAL = "identical to the baseline on every sample: a determinism check, not a test"
 BOOT = "hierarchical bootstrap"
 UNION = "union of hierarchical bootstrap and seed-level t"
 CROSSED = "union of two-way bootstrap, two-way t and seed-level t"
@@ -160,6 +167,7 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
         method=SEED_T,
         note=note,
         seed_diffs=seeds,
+        identical=bool(len(d)) and bool((d == 0).all()),
     )
     return row, [pvalues.seed_t([[v] for v in d])]
 
@@ -193,8 +201,16 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
         method=boot_method(diffs.values(), two_way is not None),
         note=note,
         seed_diffs=seed_cell({k: np.mean(v[np.isfinite(v)]) for k, v in diffs.items() if np.isfinite(v).any()}),
+        identical=_identical(diffs.values()),
     )
     return row, tests
+
+
+def _identical(per_seed) -> bool:
+    """Every finite per-prompt difference of every seed exactly 0 (and at least one)."""
+    values = np.concatenate([np.asarray(x, dtype=float) for x in per_seed]) if per_seed else np.array([])
+    values = values[np.isfinite(values)]
+    return bool(len(values)) and bool((values == 0).all())
 
 
 def boot_interval(
@@ -255,7 +271,20 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
                 p_diff, p_tost = pvalues.union(tests, margin)
                 out.append({"condition": cond, "regime": regime, "metric": metric, **row, "margin": margin})
                 out[-1].update(verdict=v, p_diff=p_diff, p_tost=p_tost, **_power(row, margin, cfg.alpha))
-    return _adjusted(pd.DataFrame(out), cfg)
+    return _adjusted(_determinism(pd.DataFrame(out)), cfg)
+
+
+def _determinism(cmp: pd.DataFrame) -> pd.DataFrame:
+    """A regime identical to the baseline on every sample of every verdict metric (in a condition) becomes a
+    :data:`DETERMINISM` row per metric: no verdict, no p-value, no power (one identical metric alone, e.g. the same
+    lengths from a policy whose log-probs moved, is still a test)."""
+    if not len(cmp):
+        return cmp
+    same = cmp.groupby(["condition", "regime"], sort=False)["identical"].transform("all").astype(bool)
+    cmp.loc[same, "verdict"] = DETERMINISM
+    cmp.loc[same, ["p_diff", "p_tost", "power_tost", "seeds_for_power"]] = math.nan
+    cmp.loc[same, "note"] = [("; ".join(x for x in (n, IDENTICAL) if x)) for n in cmp.loc[same, "note"]]
+    return cmp.drop(columns="identical")
 
 
 def _power(row: dict, margin: float, alpha: float) -> dict:
@@ -333,6 +362,14 @@ def null_control(cmp: pd.DataFrame, cfg: ReportConfig) -> list[str]:
         ]
     lines = []
     for cond, g in rows.groupby("condition", sort=False):
+        if (g["verdict"] == DETERMINISM).all():
+            lines.append(
+                f"- **No null control that can fail ({cond})**: `{name}` is identical to `{cfg.baseline}` on every "
+                "sample of every seed (the same code path): a determinism check, which no amount of noise can make "
+                "fail, so it says nothing about this report's noise floor. A placebo (the baseline retrained with a "
+                "nuisance change, such as another data order) is a null control that can fail."
+            )
+            continue
         floor = ", ".join(f"`{r['metric']}` {num(r['diff'])} {bracket(r['lo'], r['hi'])}" for _, r in g.iterrows())
         floor = (
             f"  - the noise floor ({cond}): `{name}` - `{cfg.baseline}`, what a change that should do nothing "

@@ -13,7 +13,7 @@ from analysis.equivalence import parse_seed_cell
 from analysis.figure_style import LABEL_SEP, ordered, plt, regime_colors
 from analysis.figure_style import save as _save
 
-MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D"}
+MARKERS = {"equivalent": "o", "different": "s", "inconclusive": "D", "determinism check": "x"}
 
 
 def panel_reach(c: pd.DataFrame, margin: float) -> float:
@@ -70,7 +70,7 @@ def equivalence(cmp: pd.DataFrame, path: Path, baseline: str, colors: dict | Non
     axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(
         f"difference from {baseline} (thin: 95% interval, thick: 90%; marker: o equivalent, s different, "
-        "D inconclusive; ticks below: each seed's difference; arrow: the interval runs on past the panel)",
+        "D inconclusive, x determinism check; ticks below: each seed's difference; arrow: the interval runs on past the panel)",
         fontsize=9,
     )
     return _save(fig, path)

@@ -26,6 +26,10 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
 - with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
   claim such as "full DPO improves on the SFT model" lives): the estimate to ``--rtol``, the 95% interval (with
   several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``;
+- with ``--report``, its ``notes.md``: every number typed in the prose (outside the ``{{...}}`` placeholders the
+  report fills from its tables, and outside `code`) is a cell of the report's tables or of a run, at the digits
+  given (:mod:`analysis.notes_check`); a regime whose row says *determinism check* is identical to the baseline on
+  every sample;
 - with ``--report``, each row of its ``sensitivity.csv`` (the beta report): the verdict row it restates, the mean
   margin error sd over the runs' summaries, beta x sd and the differences in units of the margin, to ``--rtol``.
 
@@ -45,6 +49,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as scipy_t
 from statsmodels.stats.multitest import multipletests
+
+from analysis.notes_check import unsupported
 
 PerSample = Callable[[dict], float]
 
@@ -255,6 +261,9 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
     condition, the one no row names): the difference exactly, the interval to bootstrap noise."""
     for table in ("equivalence.csv", "conditions.csv"):
         recheck_holm(report / table, found, opts)
+    if (report / "notes.md").is_file():  # every number typed in the reading is a cell of a table or a run
+        for lit in unsupported((report / "notes.md").read_text(), report, runs):
+            found.errors.append(f"notes.md: the number {lit} is in no table of the report nor any run")
     for i, row in _bootstrap_rows(report / "equivalence.csv"):
         side, base = (row["condition"], row["regime"]), (row["condition"], baseline)
         _check_row(f"{row['condition']}: {row['regime']} - {baseline}", row, side, base, runs, found, opts, i)
@@ -373,6 +382,10 @@ def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Find
         found.compare(what + ": two-way t high end", _f(row.get("crossed_t_hi")), chi, opts["rtol"])
         lo, hi, ilo, ihi = min(lo, clo), max(hi, chi), min(ilo, cilo), max(ihi, cihi)
     _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
+    if row["verdict"] == "determinism check":  # no test: every per-prompt difference exactly 0
+        if not all(bool((g[np.isfinite(g)] == 0).all()) for g in groups):
+            found.errors.append(f"{what}: a determinism check in the report, but not identical to the baseline")
+        return
     if "p_diff" in row and len(groups) > 1:  # the union's p is at least each t test's (exact here)
         means = np.array([g.mean() for g in groups])
         tests = [(means.mean(), means.std(ddof=1) / math.sqrt(len(means)), len(means) - 1)]

@@ -20,6 +20,7 @@ from analysis.equivalence import compare, regime_intervals
 from analysis.load import Runs, natural_key
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
+from analysis.notes import render as render_notes
 from analysis.report_config import ReportConfig
 from analysis.report_figures import figure_lines, make_figures, remove_stale
 from analysis.report_verdicts import condition_sections, null_control_lines, statistics_lines, verdict_findings
@@ -312,8 +313,8 @@ def write_report(
     found = verdict_findings(eq, cfg) + findings(agg, baseline)
     lines += [f"- {f}" for f in found] or ["- (no comparisons: no baseline runs)"]
     lines.append("")
-    if notes:
-        lines += ["## Reading", "", notes.strip(), ""]
+    if notes:  # its placeholders filled from the tables just written (analysis/notes.py)
+        lines += ["## Reading", "", render_notes(notes, out).strip(), ""]
     lines += [
         "## Files",
         "",

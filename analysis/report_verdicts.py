@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.equivalence import BOOT, DIFFERENT, EQUIVALENT, INCONCLUSIVE, null_control, parse_seed_cell
+from analysis.equivalence import (
+    BOOT,
+    DETERMINISM,
+    DIFFERENT,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    null_control,
+    parse_seed_cell,
+)
 from analysis.markdown import bracket, md_table, num, span
 from analysis.pvalues import MOST_SEEDS
 from analysis.report_config import ReportConfig
@@ -153,6 +161,8 @@ def verdict_findings(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
         return []
     out = []
     order = {m: i for i, m in enumerate(cfg.metrics())}
+    checks = eq[eq["verdict"] == DETERMINISM]
+    eq = eq[eq["verdict"] != DETERMINISM]
     for _, r in eq.assign(_o=eq["metric"].map(order)).sort_values("_o", kind="stable").iterrows():
         if r["regime"] == cfg.null_control:
             continue  # the null-control section speaks for it
@@ -167,4 +177,11 @@ def verdict_findings(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
         f"different, {int(counts.get(INCONCLUSIVE, 0))} inconclusive (inconclusive: more seeds or prompts needed "
         "to tell an effect as large as the margin from none)."
     )
+    if len(checks):
+        which = ", ".join(f"`{r}` ({c})" for (c, r), _ in checks.groupby(["condition", "regime"], sort=False))
+        out.append(
+            f"Not counted: {len(checks)} rows of {which}, identical to `{cfg.baseline}` on every sample of every "
+            f"seed: **{DETERMINISM}s** (the same code path cannot differ by noise), not tests; they have no p-value "
+            "and are not in Holm's family."
+        )
     return out

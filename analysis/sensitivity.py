@@ -66,11 +66,15 @@ def frame(runs: pd.DataFrame, eq: pd.DataFrame, cfg: ReportConfig) -> pd.DataFra
     return out.assign(_m=out["metric"].map(order)).sort_values(["scaled", "_m"], kind="stable").drop(columns="_m")
 
 
+# an identical code path (a determinism check) differs by exactly 0: inside every margin
+_HOLDS = ("equivalent", "determinism check")
+
+
 def bounds(f: pd.DataFrame) -> tuple[float, float, str]:
     """(largest scale with every point up to it equivalent on every metric, smallest scale with a *different*
     verdict, a description of that point); NaN where there is none."""
     pts = f.groupby(["condition", "regime"], sort=False).agg(
-        scaled=("scaled", "first"), all_eq=("verdict", lambda v: bool((v == "equivalent").all()))
+        scaled=("scaled", "first"), all_eq=("verdict", lambda v: bool(v.isin(_HOLDS).all()))
     )
     pts = pts[np.isfinite(pts["scaled"])].sort_values("scaled")
     safe = math.nan

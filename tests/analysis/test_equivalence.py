@@ -221,3 +221,31 @@ def test_margins_from_the_command_line():
     for bad in ("kl_true", "kl_true=abc", "kl_true=-1", "=0.1"):
         with pytest.raises(ValueError):
             parse_margin(bad)
+
+
+def test_a_regime_identical_on_every_sample_is_a_determinism_check_not_a_test(tmp_path):
+    """``cached`` writes the baseline's very samples (the same code path): no verdict, no p-value, out of the counts
+    and of Holm's family, and the null-control section says the report has no control that can fail; ``nf4``, 0.02
+    off on every prompt, is still a test."""
+    from analysis.equivalence import null_control
+    from analysis.report_verdicts import verdict_findings
+
+    for seed in (0, 1):
+        write_run(tmp_path, "full", seed, samples(seed, 12))
+        write_run(tmp_path, "cached", seed, samples(seed, 12))
+        write_run(tmp_path, "nf4", seed, samples(seed, 12, shift=0.02))
+    cfg = ReportConfig(n_boot=1000)
+    v = _verdicts(tmp_path, cfg)
+    cached = v.loc["cached"]
+    assert set(cached["verdict"]) == {"determinism check"}
+    assert cached["p_diff"].isna().all() and cached["p_holm"].isna().all() and cached["power_tost"].isna().all()
+    assert all("identical to the baseline on every sample" in n for n in cached["note"])
+    assert v.loc[("nf4", "reward_delta"), "verdict"] == "equivalent" and v.loc["nf4", "p_holm"].notna().all()
+    # Holm's family is nf4's rows alone: its smallest p is multiplied by their count, not by twice it
+    nf4 = v.loc["nf4"]
+    assert nf4["p_holm"].min() == pytest.approx(min(1.0, nf4["p_diff"].min() * nf4["p_diff"].notna().sum()))
+    found = verdict_findings(v.reset_index(), cfg)
+    assert f"Of {len(nf4)} verdicts:" in found[-2] and "Not counted: 4 rows of `cached` (all runs)" in found[-1]
+    assert not any("`cached` vs" in line for line in found)
+    (line,) = null_control(v.reset_index(), cfg)
+    assert line.startswith("- **No null control that can fail (all runs)**")

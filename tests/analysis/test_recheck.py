@@ -211,3 +211,27 @@ def test_a_regimes_own_interval_is_rechecked(tmp_path, column, change):
         assert found.errors == []
     else:
         assert len(found.errors) == 1 and found.errors[0].startswith("all runs: full: kl_true:"), found.errors
+
+
+def test_a_number_typed_in_the_notes_that_no_table_holds_is_caught(two_runs):
+    """Numbers in the prose must be cells of the report's tables or of its runs, at the digits given; placeholders
+    and code spans are not prose."""
+    sweep, report = two_runs
+    row = pd.read_csv(report / "equivalence.csv").iloc[0]
+    true = f"{row['diff']:.3g}"
+    (report / "notes.md").write_text(
+        f"int8 moved by {true} ({100 * row['margin']:.0f}% margin); {{{{eq:int8:kl_true:span}}}}; `lr 0.7777`.\n"
+    )
+    assert recheck([sweep], report, n_boot=1000).errors == []
+    (report / "notes.md").write_text(f"int8 moved by {true}, then by 0.7777 nats.\n")
+    errors = recheck([sweep], report, n_boot=1000).errors
+    assert errors == ["notes.md: the number 0.7777 is in no table of the report nor any run"]
+
+
+def test_a_determinism_check_that_is_not_identical_is_caught(two_runs):
+    sweep, report = two_runs
+    table = pd.read_csv(report / "equivalence.csv")
+    table.loc[0, "verdict"] = "determinism check"
+    table.to_csv(report / "equivalence.csv", index=False)
+    errors = recheck([sweep], report, n_boot=1000).errors
+    assert len(errors) == 1 and "a determinism check in the report, but not identical" in errors[0]

@@ -12,7 +12,7 @@ from analysis.report_figures import CAPTIONS, report_labels
 from tests.analysis.synthetic import samples, write_run
 
 
-def _sweep(root, cached_shift=0.0):
+def _sweep(root, cached_shift=0.001):
     for seed in (0, 1):
         write_run(root, "full", seed, samples(seed, 8))
         write_run(root, "cached", seed, samples(seed, 8, shift=cached_shift))
@@ -22,7 +22,7 @@ def _sweep(root, cached_shift=0.0):
     return root
 
 
-def _report(tmp_path, *flags, cached_shift=0.0):
+def _report(tmp_path, *flags, cached_shift=0.001):
     sweep = _sweep(tmp_path / "sweep", cached_shift)
     out = tmp_path / "report"
     assert main(["report", str(sweep), "--out", str(out), "--boot", "500", *flags]) == 0
