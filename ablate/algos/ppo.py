@@ -35,7 +35,7 @@ from ablate.config import algo as schemas
 from ablate.models.logprobs import logits_logprobs
 from ablate.models.precision import autocast
 from ablate.models.sampling import SampledBatch, sample
-from ablate.refs.base import Reference, TokenBatch, fill_uncovered
+from ablate.refs.base import Reference, TokenBatch, data_seed, fill_uncovered
 from ablate.tracking.checkpoint import checkpoints_dir
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PPOTrainer:
         self.state = TrainerState(max_steps=self.algo.max_steps, global_step=0)
         self.control = TrainerControl()
         self.args = SimpleNamespace(logging_steps=1, output_dir=str(checkpoints_dir(cfg.out_dir)))
-        g = torch.Generator().manual_seed(cfg.seed)
+        g = torch.Generator().manual_seed(data_seed(cfg))  # the run's seed but for a placebo
         self._order = torch.randperm(len(prompts), generator=g).tolist()
 
     # ------------------------------------------------------------------------------ pieces

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ablate.refs.base import data_seed
 from ablate.tracking.checkpoint import SavePolicy, checkpoints_dir
 
 
@@ -37,7 +38,7 @@ def common_args(cfg, out_dir: Path, device: torch.device) -> dict:
         bf16=cfg.model.precision == "bf16",
         gradient_checkpointing=False,  # TRL defaults it on; slower for models this size
         seed=cfg.seed,
-        data_seed=cfg.seed,
+        data_seed=data_seed(cfg),  # the run's seed but for a placebo (ablate.refs.placebo)
         disable_dropout=True,
         dataloader_num_workers=0,
         ddp_find_unused_parameters=False,  # on several processes: every trainable parameter takes part in the loss

@@ -134,6 +134,12 @@ class Reference(ABC):
         ``miss=auto``), when the config is validated. No-op by default."""
 
     @classmethod
+    def data_seed(cls, cfg: RefConfig, seed: int) -> int:
+        """The seed of the order the training data comes in (TRL's ``data_seed``, PPO's prompt order): the run's
+        seed, but for a placebo (:mod:`ablate.refs.placebo`)."""
+        return seed
+
+    @classmethod
     def supports(cls, algo: str) -> bool:
         """Whether the regime serves ``algo``: every algorithm unless it declares its own ``supported_algos``."""
         return cls.supported_algos is Reference.supported_algos or algo in cls.supported_algos
@@ -299,6 +305,11 @@ def regime_names(purpose: str = "all") -> list[str]:
         return (rank is None, rank or 0, name)
 
     return [name for name in sorted(REGISTRY, key=order) if keep(REGISTRY[name])]
+
+
+def data_seed(cfg) -> int:
+    """The seed of a run's training-data order: ``cfg.seed`` unless its regime says otherwise."""
+    return regime_class(cfg.ref.name).data_seed(cfg.ref, cfg.seed)
 
 
 def regime_class(name: str) -> type[Reference]:

@@ -13,7 +13,7 @@ from ablate.refs.ema import EmaReference
 
 # the committed reports' order (their tables and the colours of their figures regenerate byte for byte from it)
 CANONICAL = [
-    "full", "offload", "int8", "nf4", "shared", "cached", "topk", "served", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
+    "full", "offload", "int8", "nf4", "shared", "cached", "placebo", "topk", "served", "distilled", "ema", "snapshot", "none", "trdpo_soft", "trdpo_hard",
 ]  # fmt: skip
 
 
@@ -23,7 +23,7 @@ def test_the_declared_ranks_give_the_reports_order():
 
 
 def test_variants_are_left_out_of_the_sweeps_and_the_audit_measures_the_audited():
-    assert regime_names("sweep") == [r for r in CANONICAL if r not in ("trdpo_soft", "trdpo_hard")]
+    assert regime_names("sweep") == [r for r in CANONICAL if r not in ("trdpo_soft", "trdpo_hard", "placebo")]
     assert regime_names("audit") == ["full", "int8", "nf4", "topk", "distilled"]  # offload is exact: not audited
     assert {r: REGISTRY[r].variant_of for r in ("trdpo_soft", "trdpo_hard")} == {
         "trdpo_soft": "ema",
