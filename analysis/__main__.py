@@ -19,7 +19,7 @@ from pathlib import Path
 
 def _statistics_options(r: argparse.ArgumentParser) -> None:
     """The report's statistics flags (resolved by :func:`analysis.report_config.build_config`)."""
-    from analysis.report_config import DESIGNS, MULTIPLICITY
+    from analysis.report_config import DESIGNS, MULTIPLICITY, RELATIVE
 
     s = r.add_argument_group("statistics (the resolved values are printed in the report)")
     s.add_argument(
@@ -56,6 +56,13 @@ def _statistics_options(r: argparse.ArgumentParser) -> None:
         default="holm",
         help="the verdicts of difference: Holm-adjusted over the verdict table (the default: docs/statistics.md), "
         "or each on its own interval (none)",
+    )
+    s.add_argument(
+        "--relative",
+        choices=tuple(RELATIVE),
+        default="log-ratio",
+        help="a metric with a relative margin (kl_true, length): per-seed log ratios against ±log(1 + share) (the "
+        "default: docs/statistics.md), or the difference against share x the baseline's mean",
     )
 
 
@@ -132,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             args.reference_condition,
             args.design,
             args.multiplicity,
+            args.relative,
         )
     except ValueError as e:
         parser.error(str(e))

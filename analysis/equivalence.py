@@ -31,7 +31,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bootstrap, crossed, pvalues
+from analysis import bootstrap, crossed, log_ratio, pvalues
 from analysis.markdown import bracket, num
 from analysis.report_config import ReportConfig
 from analysis.samples import PER_PROMPT, by_seed, groups, paired_series
@@ -143,14 +143,18 @@ def seed_values(runs: pd.DataFrame, regime: str, metric: str) -> pd.Series:
     return g[metric].astype(float) if metric in g else pd.Series(dtype=float)
 
 
-def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: float) -> tuple[dict, list]:
-    """Seed-level paired t intervals of the summary values (the fallback without samples.jsonl), and that t test."""
+def _t_row(
+    runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: float, log: bool = False
+) -> tuple[dict, list]:
+    """Seed-level paired t intervals of the summary values (the fallback without samples.jsonl), and that t test;
+    ``log``: of the per-seed log ratios (:mod:`analysis.log_ratio`), where every value is positive."""
     both = pd.concat(
         [seed_values(runs, regime, metric).rename("r"), seed_values(runs, baseline, metric).rename("b")],
         axis=1,
         join="inner",
     ).dropna()
-    d = (both["r"] - both["b"]).to_numpy()
+    log = log and bool(len(both)) and bool((both > 0).all().all())
+    d = (np.log(both["r"] / both["b"]) if log else both["r"] - both["b"]).to_numpy()
     outer, inner = t_interval(d, 1 - alpha), t_interval(d, 1 - 2 * alpha)
     seeds = seed_cell(dict(zip(both.index, d)))
     note = f"{len(d)} paired seed(s): no interval" if len(d) < 2 else ""
@@ -168,6 +172,7 @@ def _t_row(runs: pd.DataFrame, regime: str, baseline: str, metric: str, alpha: f
         note=note,
         seed_diffs=seeds,
         identical=bool(len(d)) and bool((d == 0).all()),
+        scale=log_ratio.SCALE if log else log_ratio.DIFFERENCE,
     )
     return row, [pvalues.seed_t([[v] for v in d])]
 
@@ -202,8 +207,59 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
         note=note,
         seed_diffs=seed_cell({k: np.mean(v[np.isfinite(v)]) for k, v in diffs.items() if np.isfinite(v).any()}),
         identical=_identical(diffs.values()),
+        scale=log_ratio.DIFFERENCE,
     )
     return row, tests
+
+
+def _ratio_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportConfig, key: tuple):
+    """A relative metric on the log-ratio scale (:mod:`analysis.log_ratio`): the per-seed log ratios of both runs'
+    means, the union of their bootstrap (both means redrawn with the prompts) and their seed-level t interval, and
+    the tests of both; None where a seed's mean is not positive (no log ratio)."""
+    pairs = log_ratio.paired_frames(by_seed(reg, metric), by_seed(base, metric))
+    if not log_ratio.applies(pairs):
+        return None
+    two_way = cfg.design != "nested" and log_ratio.is_crossed(pairs)
+    reps = log_ratio.resample(pairs, cfg.n_boot, bootstrap.rng_for(cfg.seed, *key), two_way)
+    a = cfg.alpha
+    boot = tuple(float(v) for v in np.nanquantile(reps, [a / 2, 1 - a / 2, a, 1 - a]))
+    logs = log_ratio.seed_log_ratios(pairs)
+    per_seed = [np.array([v]) for v in logs.values()]
+    t = seed_t_bounds(per_seed, a)
+    ends = _widen(boot, t)
+    means = log_ratio.seed_means(pairs)
+    n_prompts = sum(len(f) for f in pairs.values())
+    sizes = {len(f) for f in pairs.values()}
+    shape = (
+        f"{len(pairs)} seed{'s' * (len(pairs) > 1)} x {sizes.pop()} prompts"
+        if len(sizes) == 1
+        else (f"{len(pairs)} seeds, {n_prompts} prompts in all")
+    )
+    method = f"{log_ratio.SCALE}: {'two-way' if two_way else 'hierarchical'} bootstrap of both means"
+    method += f" and seed-level t ({shape})" if len(pairs) > 1 else f" ({shape})"
+    row = dict(
+        n_seeds=len(pairs),
+        n_prompts=n_prompts,
+        baseline_mean=float(np.mean([b for _, b in means.values()])),
+        regime_mean=float(np.mean([r for r, _ in means.values()])),
+        diff=log_ratio.estimate(pairs),
+        lo=ends[0],
+        hi=ends[1],
+        lo_inner=ends[2],
+        hi_inner=ends[3],
+        boot_lo=boot[0],
+        boot_hi=boot[1],
+        seed_t_lo=t[0],
+        seed_t_hi=t[1],
+        crossed_t_lo=math.nan,
+        crossed_t_hi=math.nan,
+        method=method,
+        note="1 seed: the interval is over prompts only" if len(pairs) == 1 else T_WIDER if ends != boot else "",
+        seed_diffs=seed_cell(logs),
+        identical=all(bool((f["r"] == f["b"]).all()) for f in pairs.values()),
+        scale=log_ratio.SCALE,
+    )
+    return row, [pvalues.BootTest(reps), pvalues.seed_t(per_seed)]
 
 
 def _identical(per_seed) -> bool:
@@ -255,14 +311,24 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
                 continue
             boot = all(_has_samples_for_every_seed(g, p, r) for r in (regime, cfg.baseline))
             for metric in cfg.metrics():
+                ratio = cfg.relative == "log-ratio" and metric in cfg.margins and cfg.margins[metric].relative
                 if boot and _per_prompt(p, metric, (regime, cfg.baseline)):
                     reg, base = p[p["regime"] == regime], p[p["regime"] == cfg.baseline]
-                    row, tests = _boot_row(reg, base, metric, cfg, (cond, regime, metric))
+                    made = _ratio_row(reg, base, metric, cfg, (cond, regime, metric)) if ratio else None
+                    row, tests = made or _boot_row(reg, base, metric, cfg, (cond, regime, metric))
                 elif metric in g:
-                    row, tests = _t_row(g, regime, cfg.baseline, metric, cfg.alpha)
+                    row, tests = _t_row(g, regime, cfg.baseline, metric, cfg.alpha, log=ratio)
                 else:
                     continue  # neither samples nor a summary value: not measured
-                margin = cfg.margins[metric].resolve(row["baseline_mean"]) if metric in cfg.margins else math.nan
+                if ratio and row["scale"] != log_ratio.SCALE:
+                    why = "no log ratio (a mean not positive): the difference against share x the baseline's mean"
+                    row["note"] = "; ".join(x for x in (row["note"], why) if x)
+                if row["scale"] == log_ratio.SCALE:
+                    margin = log_ratio.log_margin(cfg.margins[metric].value)
+                elif metric in cfg.margins:
+                    margin = cfg.margins[metric].resolve(row["baseline_mean"])
+                else:
+                    margin = math.nan
                 v = verdict(row["lo"], row["hi"], row["lo_inner"], row["hi_inner"], margin)
                 if v == EQUIVALENT and (row["lo"] > 0 or row["hi"] < 0):
                     row["note"] = "; ".join(x for x in (row["note"], "a difference smaller than the margin") if x)

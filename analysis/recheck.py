@@ -347,8 +347,83 @@ def _bootstrap_rows(table: Path):
             yield i, {k: (str(v) if k in ("condition", "regime", "metric", "verdict") else v) for k, v in row.items()}
 
 
+def seed_pairs(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str, str], metric: str) -> dict:
+    """seed -> (the runs of ``side``'s, of ``base``'s per-prompt values) on the prompts both evaluated, finite in
+    both, in one prompt order (the first seed's, where the seeds share their prompts)."""
+    a_runs, b_runs = _last_runs(runs, *side), _last_runs(runs, *base)
+    out = {}
+    for seed in sorted(set(a_runs) & set(b_runs)):
+        a = per_prompt(final_rows(a_runs[seed]), SUMMARY[metric][1])
+        b = per_prompt(final_rows(b_runs[seed]), SUMMARY[metric][1])
+        keep = sorted(p for p in a if p in b and math.isfinite(a[p]) and math.isfinite(b[p]))
+        if keep:
+            out[seed] = (np.array([a[p] for p in keep]), np.array([b[p] for p in keep]))
+    return out
+
+
+def ratio_intervals(pairs: list, two_way: bool, n: int, seed: int, levels: tuple) -> list[tuple[float, float]]:
+    """Percentile intervals of the mean over seeds of log(mean of side / mean of base), seeds drawn with replacement
+    and, with each, prompts (both values of a prompt together): one draw for every seed (``two_way``) or one per
+    drawn seed (a loop over resamples)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    stats = np.empty(n)
+    for i in range(n):
+        drawn = rng.integers(0, len(pairs), len(pairs))
+        shared = rng.integers(0, len(pairs[0][0]), len(pairs[0][0])) if two_way else None
+        logs = []
+        for k in drawn:
+            r, b = pairs[k]
+            idx = shared if two_way else rng.integers(0, len(r), len(r))
+            logs.append(math.log(r[idx].mean() / b[idx].mean()))
+        stats[i] = math.fsum(logs) / len(logs)
+    tails = [(1 - level) / 2 for level in levels]
+    return [(float(np.quantile(stats, t)), float(np.quantile(stats, 1 - t))) for t in tails]
+
+
+def _check_ratio_row(what: str, row: dict, side, base, runs, found: Findings, opts: dict, seed: int) -> None:
+    """A row on the log-ratio scale: its estimate and seed-level t exactly, its interval from a separate bootstrap
+    of both means, its p floors and its verdict."""
+    pairs = seed_pairs(runs, side, base, row["metric"])
+    if not pairs:
+        found.errors.append(f"{what}: no paired samples found for this row")
+        return
+    found.rows += 1
+    logs = np.array([math.log(r.mean() / b.mean()) for r, b in pairs.values()])
+    found.compare(what, float(row["diff"]), mean_of(logs), opts["rtol"])
+    levels = (1 - opts["alpha"], 1 - 2 * opts["alpha"])
+    two_way = "two-way" in str(row["method"])
+    (lo, hi), (ilo, ihi) = ratio_intervals(list(pairs.values()), two_way, opts["n_boot"], opts["seed"] + seed, levels)
+    if len(logs) > 1:
+        _check_interval(
+            what + ": the bootstrap's", (_f(row.get("boot_lo")), _f(row.get("boot_hi"))), (lo, hi), found, opts
+        )
+        groups = [np.array([v]) for v in logs]
+        (tlo, thi), (tilo, tihi) = (seed_t(groups, level) for level in levels)
+        found.compare(what + ": seed-level t low end", _f(row.get("seed_t_lo")), tlo, opts["rtol"])
+        found.compare(what + ": seed-level t high end", _f(row.get("seed_t_hi")), thi, opts["rtol"])
+        lo, hi, ilo, ihi = min(lo, tlo), max(hi, thi), min(ilo, tilo), max(ihi, tihi)
+    _check_interval(what + ":", (float(row["lo"]), float(row["hi"])), (lo, hi), found, opts)
+    if row["verdict"] == "determinism check":
+        if not all(bool((r == b).all()) for r, b in pairs.values()):
+            found.errors.append(f"{what}: a determinism check in the report, but not identical to the baseline")
+        return
+    if "p_diff" in row and len(logs) > 1:
+        t = (logs.mean(), logs.std(ddof=1) / math.sqrt(len(logs)), len(logs) - 1)
+        for name, k in (("p_diff", 0), ("p_tost", 1)):
+            floor = t_pvalues(*t, float(row["margin"]))[k]
+            if not _f(row[name]) >= floor * (1 - opts["rtol"]) - 1e-12:
+                found.errors.append(f"{what}: {name} {_f(row[name]):.6g} below its t test's {floor:.6g}")
+    again = _verdict(lo, hi, ilo, ihi, float(row["margin"]))
+    if again == "different" and row["verdict"] == "inconclusive" and _f(row.get("p_holm")) >= opts["alpha"]:
+        again = "inconclusive"
+    if again != row["verdict"]:
+        found.borderline.append(f"{what}: {row['verdict']} in the report, {again} with the separate bootstrap")
+
+
 def _check_row(what: str, row: dict, side, base, runs: pd.DataFrame, found: Findings, opts: dict, seed: int) -> None:
     what = f"{what}: {row['metric']}"
+    if row.get("scale") == "log ratio":
+        return _check_ratio_row(what, row, side, base, runs, found, opts, seed)
     per_seed = seed_differences(runs, side, base, row["metric"])
     groups = _estimate_checked(what, per_seed, row, found, opts)
     if groups is None:

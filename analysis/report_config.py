@@ -27,6 +27,16 @@ MULTIPLICITY = {
 }
 
 
+#: how a metric with a relative margin is compared (``--relative``)
+RELATIVE = {
+    "log-ratio": "the mean over seeds of log(regime's mean / baseline's mean) per seed, against ±log(1 + share); "
+    "its interval the union of a bootstrap of both runs' means and the seed-level t of the log ratios "
+    "(`analysis/log_ratio.py`)",
+    "difference": "the difference against share x the baseline's pooled mean (the rule this report was first made "
+    "under)",
+}
+
+
 @dataclass(frozen=True)
 class Margin:
     """An equivalence margin: ``value`` in the metric's own unit, or, when ``relative``, a fraction of the
@@ -71,6 +81,7 @@ class ReportConfig:
     reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
     design: str = "crossed"  # Design: the intervals' model of seeds and prompts (analysis.crossed)
     multiplicity: str = "holm"  # MULTIPLICITY: the adjustment of the verdicts of difference (analysis.pvalues)
+    relative: str = "log-ratio"  # RELATIVE: the scale of a metric with a relative margin (analysis.log_ratio)
     origin: tuple[str, ...] = ()  # where the margins came from (analysis.declared), markdown bullets
 
     def metrics(self) -> list[str]:
@@ -92,6 +103,7 @@ class ReportConfig:
             f"- bootstrap: {self.n_boot} resamples, seed {self.seed} (deterministic: the same numbers every run)",
             f"- design: {DESIGNS[self.design]}",
             f"- multiplicity: {MULTIPLICITY[self.multiplicity]}",
+            f"- relative margins: {RELATIVE[self.relative]}",
         ]
 
 
@@ -119,6 +131,7 @@ def build_config(
     reference_condition: str | None = None,
     design: str = "crossed",
     multiplicity: str = "holm",
+    relative: str = "log-ratio",
 ) -> ReportConfig:
     """A config from CLI-style values: ``margins`` override or add to the defaults."""
     if not 0 < alpha < 0.5:
@@ -129,8 +142,20 @@ def build_config(
         raise ValueError(f"--design must be one of {', '.join(DESIGNS)}, not {design!r}")
     if multiplicity not in MULTIPLICITY:
         raise ValueError(f"--multiplicity must be one of {', '.join(MULTIPLICITY)}, not {multiplicity!r}")
+    if relative not in RELATIVE:
+        raise ValueError(f"--relative must be one of {', '.join(RELATIVE)}, not {relative!r}")
     resolved = default_margins()
     resolved.update(parse_margin(m) for m in margins or [])
     return ReportConfig(
-        primary, resolved, alpha, baseline, null_control, n_boot, seed, reference_condition, design, multiplicity
+        primary,
+        resolved,
+        alpha,
+        baseline,
+        null_control,
+        n_boot,
+        seed,
+        reference_condition,
+        design,
+        multiplicity,
+        relative=relative,
     )

@@ -29,7 +29,7 @@ def statistics_lines(cfg: ReportConfig, prompts: pd.DataFrame, eq: pd.DataFrame)
         f"tests at alpha {a:g} reject a difference as large as the margin, i.e. the {100 * (1 - 2 * a):g}% "
         f"interval of the difference lies inside ±margin; **{DIFFERENT}** when it is not equivalent and the "
         f"{100 * (1 - a):g}% interval excludes 0; **{INCONCLUSIVE}** otherwise (the data cannot tell an effect "
-        "as large as the margin from none). A relative margin is a share of the baseline's mean on the same data.",
+        "as large as the margin from none). " + _relative_rule(cfg),
         f"- intervals of the verdicts: {BOOT}, percentile: resample seeds with replacement, then prompts with "
         "replacement within each drawn seed; a comparison is paired by seed and by prompt (per-prompt "
         "differences); a prompt's samples are averaged first (the prompt is the unit); per-prompt values from each "
@@ -82,6 +82,20 @@ def own_table(own: pd.DataFrame, cfg: ReportConfig, label: str = "regime") -> st
     return md_table([label, *[f"{m} [95%]" for m in metrics], "interval"], rows)
 
 
+def _relative_rule(cfg: ReportConfig) -> str:
+    if cfg.relative == "log-ratio":
+        return (
+            "A relative margin (a share of the baseline's mean) is read on the log-ratio scale: the row's difference "
+            "is the mean over seeds of log(regime's mean / baseline's mean), its margin ±log(1 + share)."
+        )
+    return "A relative margin is a share of the baseline's mean on the same data."
+
+
+def _scale(r) -> str:
+    """`` (log ratio)`` for a row on the log-ratio scale (:mod:`analysis.log_ratio`), else nothing."""
+    return " (log ratio)" if r.get("scale") == "log ratio" else ""
+
+
 def _p_cell(r) -> str:
     """``p_diff (p_holm); p_tost`` of a verdict row (n/a where a test does not apply)."""
     return f"{_p(r.get('p_diff'))} ({_p(r.get('p_holm'))}); {_p(r.get('p_tost'))}"
@@ -107,7 +121,7 @@ def verdict_table(eq: pd.DataFrame, cfg: ReportConfig, label: str = "regime") ->
     rows = [
         [
             f"`{r['regime']}`",
-            f"`{r['metric']}`" + (" (primary)" if r["metric"] == cfg.primary else ""),
+            f"`{r['metric']}`" + (" (primary)" if r["metric"] == cfg.primary else "") + _scale(r),
             f"{num(r['regime_mean'])} vs {num(r['baseline_mean'])}",
             f"{num(r['diff'])} {bracket(r['lo'], r['hi'])}",
             bracket(r["lo_inner"], r["hi_inner"]),
@@ -167,7 +181,8 @@ def verdict_findings(eq: pd.DataFrame, cfg: ReportConfig) -> list[str]:
         if r["regime"] == cfg.null_control:
             continue  # the null-control section speaks for it
         out.append(
-            f"`{r['regime']}` vs `{cfg.baseline}` ({r['condition']}), `{r['metric']}`: **{r['verdict']}**, difference "
+            f"`{r['regime']}` vs `{cfg.baseline}` ({r['condition']}), `{r['metric']}`: **{r['verdict']}**, "
+            f"{'log ratio' if _scale(r) else 'difference'} "
             f"{num(r['diff'])} {bracket(r['lo'], r['hi'])} ({100 * (1 - 2 * cfg.alpha):g}%: "
             f"{bracket(r['lo_inner'], r['hi_inner'])}, margin ±{num(r['margin'])}; {r['method']})."
         )

@@ -59,7 +59,7 @@ def test_the_section_orders_points_by_beta_times_sd_and_finds_the_first_differen
     assert pts["scaled"].to_numpy() == pytest.approx([0.03 * 2.005, 0.03 * 10.005, 0.3 * 2.005, 0.3 * 10.005])
     assert pts.loc[("nf4", 0.3), "verdict"] == "different"
     assert pts.loc[("nf4", 0.3), "rel_diff"] == pytest.approx(0.3 / 0.05)
-    assert (pts.drop(("nf4", 0.3))["verdict"] == "equivalent").all()
+    assert pts.drop(("nf4", 0.3))["verdict"].isin(["equivalent", "determinism check"]).all()  # identical: a check
     assert "up to **0.601** is equivalent to `full`" in text
     assert "the smallest beta x sd with a difference is **3**" in text and "`nf4` at algo.beta=0.3" in text
     assert "margin error (its precision's zero line): 0.305 at beta 0.03, 0.305 at beta 0.3" in text

@@ -66,7 +66,7 @@ def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
     }
     table = verdict_table(v.reset_index(), ReportConfig()).splitlines()
     assert "| each seed |" in table[0] and "| 0.12, -0.08 |" in table[2 + list(v.index).index(("ema", "reward_delta"))]
-    assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(0.1 * v.loc[("nf4", "kl_true"), "baseline_mean"])
+    assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(math.log(1.1))  # a relative margin: log ratio
 
 
 def test_seed_level_t_fallback_without_samples(tmp_path):
@@ -249,3 +249,29 @@ def test_a_regime_identical_on_every_sample_is_a_determinism_check_not_a_test(tm
     assert not any("`cached` vs" in line for line in found)
     (line,) = null_control(v.reset_index(), cfg)
     assert line.startswith("- **No null control that can fail (all runs)**")
+
+
+def test_a_relative_metric_is_read_as_a_log_ratio_per_seed(tmp_path):
+    """nf4's true KL is 1.2x full's on every prompt of seed 0 and 1.1x on seed 1: the row is the mean of the two log
+    ratios against ±log(1.1), its seed-level t interval (1 degree of freedom) mean ± 12.706 x |log 1.2 - log 1.1| / 2;
+    int8's, 1.02x everywhere, is equivalent; reward stays a difference; ``relative="difference"`` the old rule."""
+    for seed, factor in ((0, 1.2), (1, 1.1)):
+        write_run(tmp_path, "full", seed, samples(seed, 12))
+        write_run(tmp_path, "nf4", seed, samples(seed, 12, kl=factor))
+        write_run(tmp_path, "int8", seed, samples(seed, 12, kl=1.02))
+    v = _verdicts(tmp_path)
+    nf4 = v.loc[("nf4", "kl_true")]
+    mean, half = (math.log(1.2) + math.log(1.1)) / 2, 12.7062 * (math.log(1.2) - math.log(1.1)) / 2
+    assert nf4["scale"] == "log ratio" and nf4["diff"] == pytest.approx(mean)
+    assert nf4["margin"] == pytest.approx(math.log(1.1))
+    assert (nf4["seed_t_lo"], nf4["seed_t_hi"]) == pytest.approx((mean - half, mean + half), abs=1e-4)
+    assert math.log(1.1) - 1e-12 <= nf4["boot_lo"] <= nf4["boot_hi"] <= math.log(1.2) + 1e-12
+    assert nf4["verdict"] == "inconclusive" and nf4["method"].startswith("log ratio: two-way bootstrap of both means")
+    assert v.loc[("nf4", "length"), "verdict"] == "determinism check" or v.loc[("nf4", "length"), "diff"] == 0
+    int8 = v.loc[("int8", "kl_true")]
+    assert (int8["lo"], int8["hi"]) == pytest.approx((math.log(1.02), math.log(1.02))) and int8[
+        "verdict"
+    ] == "equivalent"
+    assert v.loc[("nf4", "reward_delta"), "scale"] == "difference"
+    old = _verdicts(tmp_path, ReportConfig(n_boot=1000, relative="difference")).loc[("nf4", "kl_true")]
+    assert old["scale"] == "difference" and old["margin"] == pytest.approx(0.1 * old["baseline_mean"])

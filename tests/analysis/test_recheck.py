@@ -235,3 +235,23 @@ def test_a_determinism_check_that_is_not_identical_is_caught(two_runs):
     table.to_csv(report / "equivalence.csv", index=False)
     errors = recheck([sweep], report, n_boot=1000).errors
     assert len(errors) == 1 and "a determinism check in the report, but not identical" in errors[0]
+
+
+@pytest.mark.parametrize("column,change", [("diff", 1e-6), ("lo", -0.5), ("seed_t_hi", 1e-6)])
+def test_a_log_ratio_row_is_rechecked_from_both_runs_means(two_runs, tmp_path, column, change):
+    """A report made under the default rule reads true KL and length as per-seed log ratios: the recheck
+    recomputes them (estimate, seed-level t, a separate bootstrap of both means) and catches a changed cell."""
+    from analysis.__main__ import main
+
+    sweep, _ = two_runs
+    out = tmp_path / "lr"
+    assert main(["report", str(sweep), "--out", str(out), "--boot", "500"]) == 0
+    assert recheck([sweep], out, n_boot=500).errors == []
+    table = pd.read_csv(out / "equivalence.csv")
+    i = table.index[(table["metric"] == "kl_true") & (table["regime"] == "int8")][0]
+    assert table.loc[i, "scale"] == "log ratio"
+    width = table.loc[i, "hi"] - table.loc[i, "lo"]
+    table.loc[i, column] += change * (abs(table.loc[i, column]) if column != "lo" else width)
+    table.to_csv(out / "equivalence.csv", index=False)
+    errors = recheck([sweep], out, n_boot=500).errors
+    assert len(errors) == 1 and "int8 - full: kl_true" in errors[0], errors
