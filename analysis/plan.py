@@ -21,22 +21,32 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis import log_ratio
 from analysis.declared import SFT_VALUE
 from analysis.equivalence import seed_values
 from analysis.pvalues import MOST_SEEDS, seeds_needed, tost_power
 from analysis.report_config import ReportConfig
-from analysis.samples import paired_series
+from analysis.samples import by_seed, paired_series
 
 
-def _per_seed(runs: pd.DataFrame, prompts: pd.DataFrame, regime: str, baseline: str, metric: str) -> dict:
-    """seed -> the paired difference of the seed's means (samples where every run of both has them, else summaries)."""
+def _per_seed(
+    runs: pd.DataFrame, prompts: pd.DataFrame, regime: str, baseline: str, metric: str, log: bool = False
+) -> tuple[dict, bool]:
+    """seed -> the paired difference of the seed's means (samples where every run of both has them, else summaries);
+    ``log``: the log ratio of the means where every one is positive (:mod:`analysis.log_ratio`). And whether it is
+    the log ratio."""
     reg, base = (prompts[prompts["regime"] == r] for r in (regime, baseline)) if len(prompts) else (prompts, prompts)
     if len(reg) and len(base) and metric in reg:
+        pairs = log_ratio.paired_frames(by_seed(reg, metric), by_seed(base, metric))
+        if log and log_ratio.applies(pairs):
+            return log_ratio.seed_log_ratios(pairs), True
         out = {k: float(np.nanmean(s)) for k, s in paired_series(reg, base, metric).items() if s.notna().any()}
         if out:
-            return out
+            return out, False
     both = pd.concat({r: seed_values(runs, r, metric) for r in (regime, baseline)}, axis=1, join="inner").dropna()
-    return dict(zip(both.index, both[regime] - both[baseline]))
+    if log and len(both) and bool((both > 0).all().all()):
+        return dict(zip(both.index, np.log(both[regime] / both[baseline]))), True
+    return dict(zip(both.index, both[regime] - both[baseline])), False
 
 
 def plan(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig, power: float = 0.8) -> pd.DataFrame:
@@ -56,8 +66,12 @@ def plan(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig, power: fl
             for metric in cfg.metrics():
                 if metric not in cfg.margins:
                     continue
-                d = _per_seed(g, p, regime, cfg.baseline, metric)
-                margin = cfg.margins[metric].resolve(base_mean.get(metric, math.nan))
+                relative = cfg.relative == "log-ratio" and cfg.margins[metric].relative
+                d, log = _per_seed(g, p, regime, cfg.baseline, metric, relative)
+                if log:  # the report's rule: a relative margin on the log-ratio scale
+                    margin = log_ratio.log_margin(cfg.margins[metric].value)
+                else:
+                    margin = cfg.margins[metric].resolve(base_mean.get(metric, math.nan))
                 n = len(d)
                 sd = float(np.std(list(d.values()), ddof=1)) if n >= 2 else math.nan
                 diff = float(np.mean(list(d.values()))) if n else math.nan

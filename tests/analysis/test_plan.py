@@ -51,6 +51,9 @@ def test_plan_on_a_pilot_sweep(tmp_path, capsys):
     assert out.splitlines()[0].startswith("| condition | regime | metric | pilot seeds |")
     row = pd.read_csv(csv).set_index(["regime", "metric"]).loc[("int8", "reward_delta")]
     assert (row["pilot_seeds"], row["diff"], row["sd"], row["margin"]) == pytest.approx((3, 0.02, 0.02, 0.05))
+    # true KL, a relative margin: planned on the report's log-ratio scale (identical KL: log ratios of 0)
+    kl = pd.read_csv(csv).set_index(["regime", "metric"]).loc[("int8", "kl_true")]
+    assert (kl["diff"], kl["sd"], kl["margin"]) == pytest.approx((0.0, 0.0, math.log(1.1)))
     assert row["seeds_if_0"] == seeds_needed(0.02, 0.05) and row["power_now"] == pytest.approx(
         tost_power(0.02, 3, 0.05, 0.02)
     )
