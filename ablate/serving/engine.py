@@ -1,6 +1,9 @@
 """The llama.cpp server ``ablate`` starts itself for ``ref=served`` with no ``ref.url``: llama-cpp-python's
 OpenAI-compatible server on a free loopback port, serving one GGUF file, stopped with the job (or when the
-regime is garbage-collected, or at exit). Its log goes to a file whose last lines any start-up failure quotes.
+regime is garbage-collected, or at exit). On Linux the server also gets SIGTERM from the kernel when the process that
+started it dies by any means (``PR_SET_PDEATHSIG``): a job killed with SIGKILL, or a pytest-xdist worker that ends
+with ``os._exit`` (no atexit handler, no finalizer), leaves no server behind. Its log goes to a file whose last lines
+any start-up failure quotes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the parent goes (Linux; elsewhere nothing). The
+    signal follows the thread that made the child: servers are started from a job's main thread."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _tail(path: Path, n: int = 3) -> str:
@@ -45,7 +58,9 @@ class LlamaCppServer:
         t0 = time.perf_counter()
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
         atexit.register(self.stop)
         self._wait(startup_timeout_s)
         self.startup_s = time.perf_counter() - t0

@@ -180,7 +180,10 @@ def test_every_regime_gives_every_figure_or_a_reason(tiny_source, tokenizer, ref
         if trainer is None:
             trainer = _trainer(cfg, tokenizer, policy, reference)
         trainer.reference = reference
-        metrics, why = probe.measure(policy, reference, fresh, trainer)
+        try:
+            metrics, why = probe.measure(policy, reference, fresh, trainer)
+        finally:
+            reference.close()  # a served regime's server, as a run closes its reference
         for key in KEYS:
             value = metrics[logged_name(key)]
             assert math.isfinite(value) or key in why, (name, key, value)

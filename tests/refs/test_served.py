@@ -345,3 +345,40 @@ def test_a_copy_quantised_by_llama_cpp_is_served_close_to_full_but_not_equal(ctx
         assert 1e-4 < err.max() < 0.2, err.max()  # 8-bit weights: an error the F32 export does not have
     finally:
         ref.close()
+
+
+def test_a_server_dies_with_the_process_that_started_it_even_on_sigkill(served, tmp_path):
+    """A job killed with SIGKILL (or an xdist worker ending in os._exit) runs no atexit handler: the kernel's
+    parent-death signal stops the server all the same (Linux)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    code = (
+        "import sys, time; from pathlib import Path; from ablate.serving.engine import LlamaCppServer; "
+        "s = LlamaCppServer(Path(sys.argv[1]), n_ctx=256, threads=1, log=Path(sys.argv[2])); "
+        "print(s.process.pid, flush=True); time.sleep(600)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, served.provenance["model"], str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = psutil.Process(int(parent.stdout.readline()))
+    assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline and server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.2)
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if server.is_running():  # the failure above leaves no server behind either
+            server.kill()
