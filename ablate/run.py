@@ -223,11 +223,21 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     A folder that already holds this job (same resolved config) is not redone: ``finished`` is returned
     as it stands, an interrupted or failed job resumes from its last complete checkpoint. Anything else
     already in the folder (another config, a job without checkpoint) is moved to ``previous/<n>/``. Launched on
-    several processes, rank 0 decides and writes; the others follow its decision and write nothing."""
+    several processes, rank 0 decides and writes; the others follow its decision and write nothing. The folder is
+    held for the job (``.lock``, :class:`ablate.tracking.run_dir.FolderLock`): a second process on it is refused."""
     cfg: Config = OmegaConf.to_object(raw)
     validate(cfg)
     out_dir = Path(cfg.out_dir)
     folder = run_folder(out_dir)
+    held = folder.lock()  # a second process on this folder: one line, before anything loads
+    try:
+        return _run_in(cfg, raw, folder)
+    finally:
+        held.release()
+
+
+def _run_in(cfg: Config, raw: DictConfig, folder) -> dict[str, Any]:
+    out_dir = Path(cfg.out_dir)
     decision = distributed.broadcast(resume.decide(folder, raw) if distributed.is_main() else None)
     if decision.finished is not None:
         log.info("already finished, not rerun: %s", out_dir)

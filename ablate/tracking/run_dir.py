@@ -55,6 +55,7 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = ".lock"  # held (flock) by the process running the job: a second one on the same folder is refused
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -200,6 +201,45 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, strict: bool = 
     return atomic_write_text(path, text + "\n")
 
 
+class FolderLock:
+    """An exclusive ``flock`` on ``<run>/.lock`` for as long as a job runs in the folder: a second process on the
+    same folder (two shells, a sweep and a single run sharing ``hydra.run.dir``) is refused in one line before any
+    model loads, instead of both appending to one ``metrics.jsonl``. The kernel drops the lock when the holder exits
+    by any means (a SIGKILL too), so a stale file never blocks a rerun. Unix only; elsewhere no lock is taken."""
+
+    def __init__(self, folder: Path, take: bool = True) -> None:
+        from ablate.errors import AblateError
+
+        self.file = None
+        if not take:  # a process other than rank 0 of the job: rank 0 holds it
+            return
+        try:
+            import fcntl
+        except ImportError:  # not Unix
+            return
+        handle = open(folder / LOCK_FILE, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise AblateError(
+                f"{folder}: {holder} is running a job in this folder now: wait for it to end, or give this one "
+                "another hydra.run.dir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
+        handle.flush()
+        self.file = handle
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.close()  # closing the descriptor drops the flock
+            self.file = None
+
+
 class RunFolder:
     """One run's output directory (created on construction)."""
 
@@ -225,6 +265,10 @@ class RunFolder:
     @property
     def summary_path(self) -> Path:
         return self.path / SUMMARY_FILE
+
+    def lock(self) -> FolderLock:
+        """Hold the folder for this process's job (:class:`FolderLock`); raises AblateError when another holds it."""
+        return FolderLock(self.path)
 
     def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
         """Write the resolved config to ``config.yaml`` atomically."""
@@ -315,6 +359,9 @@ class RunFolder:
 class ReadOnlyFolder(RunFolder):
     """The run folder as a process other than rank 0 of a multi-process job sees it: it reads, and every write is
     left to rank 0 (which writes the same values: the processes agree on every metric)."""
+
+    def lock(self) -> FolderLock:
+        return FolderLock(self.path, take=False)  # rank 0 holds the folder for the job
 
     def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
         return self.config_path
