@@ -33,6 +33,8 @@ BUILTIN = [
     "snapshot",
     "none",
 ]
+# every regime: the sweep's plus the placebo, a control listed beside cached and left out of the sweeps
+ALL = [*BUILTIN[: BUILTIN.index("cached") + 1], "placebo", *BUILTIN[BUILTIN.index("cached") + 1 :]]
 
 ALGO_MODULE = """
 from dataclasses import dataclass
@@ -129,7 +131,7 @@ LISTS = """
 @pytest.mark.slow
 def test_the_docs_plugin_regime_and_an_algorithm_are_in_every_list(plugin_dir, tmp_path):
     got = json.loads(run_py(LISTS, {"ABLATE_PLUGINS": str(plugin_dir)}, tmp_path).stdout.splitlines()[-1])
-    every = [*BUILTIN, "trdpo_soft", "trdpo_hard", "bf16"]  # unranked: after the built-ins, by name
+    every = [*ALL, "trdpo_soft", "trdpo_hard", "bf16"]  # unranked: after the built-ins, by name
     assert got["all"] == got["bench"] == got["figures"] == every
     assert got["sweep"] == got["wandb"] == [*BUILTIN, "bf16"]
     assert got["audit"] == got["audit_default"] == ["full", "int8", "nf4", "topk", "distilled", "bf16"]
@@ -144,7 +146,7 @@ def test_without_plugins_nothing_is_added(tmp_path):
     got = json.loads(run_py(LISTS.replace("bf16", "full").replace("algo=grpo_wide", "algo=grpo").replace(
         "compose(\"algo=grpo\", \"model=tiny\").algo.num_generations", "0"), {"ABLATE_PLUGINS": ""}, tmp_path
     ).stdout.splitlines()[-1])  # fmt: skip
-    assert got["all"] == [*BUILTIN, "trdpo_soft", "trdpo_hard"] and got["algos"] == ["dpo", "ppo", "grpo"]
+    assert got["all"] == [*ALL, "trdpo_soft", "trdpo_hard"] and got["algos"] == ["dpo", "ppo", "grpo"]
 
 
 # Hydra's own multirun on ablate's config: its basic sweeper expands the preset's grid (the resolvers) and its basic
