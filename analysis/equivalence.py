@@ -214,21 +214,22 @@ def _boot_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCon
 
 def _ratio_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportConfig, key: tuple):
     """A relative metric on the log-ratio scale (:mod:`analysis.log_ratio`): the per-seed log ratios of both runs'
-    means, the union of their bootstrap (both means redrawn with the prompts) and their seed-level t interval, and
-    the tests of both; None where a seed's mean is not positive (no log ratio)."""
+    means, the union of their bootstrap (both means redrawn with the prompts) and their seed-level t interval
+    (:func:`union_row`), and the tests of both; None where a seed's mean is not positive (no log ratio)."""
     pairs = log_ratio.paired_frames(by_seed(reg, metric), by_seed(base, metric))
     if not log_ratio.applies(pairs):
         return None
     two_way = cfg.design != "nested" and log_ratio.is_crossed(pairs)
     reps = log_ratio.resample(pairs, cfg.n_boot, bootstrap.rng_for(cfg.seed, *key), two_way)
     a = cfg.alpha
-    boot = tuple(float(v) for v in np.nanquantile(reps, [a / 2, 1 - a / 2, a, 1 - a]))
+    lo, hi, lo_in, hi_in = (float(v) for v in np.nanquantile(reps, [a / 2, 1 - a / 2, a, 1 - a]))
     logs = log_ratio.seed_log_ratios(pairs)
     per_seed = [np.array([v]) for v in logs.values()]
-    t = seed_t_bounds(per_seed, a)
-    ends = _widen(boot, t)
-    means = log_ratio.seed_means(pairs)
     n_prompts = sum(len(f) for f in pairs.values())
+    iv = bootstrap.BootInterval(log_ratio.estimate(pairs), lo, hi, lo_in, hi_in, len(pairs), n_prompts, reps)
+    ends = union_row(iv, per_seed, a)
+    widened = ends.pop("note")
+    means = log_ratio.seed_means(pairs)
     sizes = {len(f) for f in pairs.values()}
     shape = (
         f"{len(pairs)} seed{'s' * (len(pairs) > 1)} x {sizes.pop()} prompts"
@@ -242,19 +243,10 @@ def _ratio_row(reg: pd.DataFrame, base: pd.DataFrame, metric: str, cfg: ReportCo
         n_prompts=n_prompts,
         baseline_mean=float(np.mean([b for _, b in means.values()])),
         regime_mean=float(np.mean([r for r, _ in means.values()])),
-        diff=log_ratio.estimate(pairs),
-        lo=ends[0],
-        hi=ends[1],
-        lo_inner=ends[2],
-        hi_inner=ends[3],
-        boot_lo=boot[0],
-        boot_hi=boot[1],
-        seed_t_lo=t[0],
-        seed_t_hi=t[1],
-        crossed_t_lo=math.nan,
-        crossed_t_hi=math.nan,
+        diff=iv.estimate,
+        **ends,
         method=method,
-        note="1 seed: the interval is over prompts only" if len(pairs) == 1 else T_WIDER if ends != boot else "",
+        note="1 seed: the interval is over prompts only" if len(pairs) == 1 else widened,
         seed_diffs=seed_cell(logs),
         identical=all(bool((f["r"] == f["b"]).all()) for f in pairs.values()),
         scale=log_ratio.SCALE,
