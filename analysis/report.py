@@ -21,6 +21,7 @@ from analysis.load import Runs, natural_key
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
 from analysis.notes import render as render_notes
+from analysis.overoptimisation import section as overoptimisation_section
 from analysis.report_config import ReportConfig
 from analysis.report_figures import figure_lines, make_figures, remove_stale
 from analysis.report_verdicts import condition_sections, null_control_lines, statistics_lines, verdict_findings
@@ -303,6 +304,12 @@ def write_report(
     lines += conditions_section(runs, prompts, cfg, out)
     if bench is not None:
         lines += cost_lines(bench, list(agg["regime"].drop_duplicates()))
+    ended = runs.loc[runs["status"].isin(["finished", "diverged"]), "path"]  # a diverged run's curve is a result here
+    curves = data.curves[data.curves["path"].isin(ended)] if len(data.curves) else data.curves
+    over_lines, over_fig = overoptimisation_section(curves, out)
+    lines += over_lines
+    if over_fig is not None:
+        figs["overoptimisation"] = over_fig
     beta_lines, beta_fig = sensitivity_section(runs, eq, cfg, out)
     lines += beta_lines
     if beta_fig is not None:
@@ -326,6 +333,11 @@ def write_report(
         *(
             ["- `sensitivity.csv`: each stand-in's differences against beta x its margin error's sd"]
             if beta_lines
+            else []
+        ),
+        *(
+            ["- `overoptimisation.csv`: per regime, where the gold reward peaked, the end point and the collapse"]
+            if over_lines
             else []
         ),
         "- `figures/`: the figures above",

@@ -15,6 +15,7 @@ from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.figures_frontier import CAPTION as FRONTIER_BY_CONDITION
 from analysis.figures_frontier import frontier_by_condition
 from analysis.load import Runs, base_regime, natural_key
+from analysis.overoptimisation import CAPTION as OVEROPTIMISATION
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
 
@@ -53,6 +54,7 @@ CAPTIONS = {
     "training": "Left: the training loss at each optimiser step. Right: the true KL to the full reference "
     "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
     "sensitivity": SENSITIVITY,
+    "overoptimisation": OVEROPTIMISATION,
     "drift": "Response length, repeated bigrams, unsafe rate and held-out perplexity at each evaluation. " + SEEDS,
 }
 
@@ -133,7 +135,9 @@ def make_figures(
 
 
 #: the names of the PNGs a report draws (``training_2.png``: one per condition); :func:`remove_stale` touches no other
-DRAWN = re.compile(r"^(equivalence|frontier|kl_error|pareto|sensitivity|(training|drift)(_\d+)?)\.png$")
+DRAWN = re.compile(
+    r"^(equivalence|frontier|kl_error|pareto|sensitivity|overoptimisation|(training|drift)(_\d+)?)\.png$"
+)
 
 
 def remove_stale(figs: dict[str, Path], out: Path) -> None:

@@ -46,6 +46,25 @@ def mean_rep_n(texts: Iterable[str], n: int = 2) -> float:
     return mean(vals)
 
 
+#: a response is degenerate when at least this share of its word bigrams repeat an earlier one of its own
+#: ("so happy so happy so happy" 0.6, "I love it. I love it." 0.4): the collapse an unanchored policy drifts into
+DEGENERATE_REP_2 = 0.5
+
+
+def degenerate_share(texts: Sequence[str], threshold: float = DEGENERATE_REP_2) -> float:
+    """Share of ``texts`` whose :func:`rep_n` (bigrams) is at least ``threshold``; a text with no bigrams (one word
+    or none) counts as degenerate too. nan when there are no texts."""
+    if not texts:
+        return NAN
+    return sum(not (rep_n(t, 2) < threshold) for t in texts) / len(texts)
+
+
+def perplexity(nll: Sequence[float], tokens: Sequence[float]) -> float:
+    """exp of the summed negative log-likelihoods over the summed token counts (nan when there are no tokens)."""
+    n = float(sum(tokens))
+    return math.exp(float(sum(nll)) / n) if n > 0 else NAN
+
+
 def distinct_n(texts: Iterable[str], n: int = 2) -> float:
     """Corpus-level distinct-n: distinct n-grams over all texts divided by
     total n-grams over all texts (nan if there are none)."""

@@ -1,5 +1,5 @@
 """What the evaluator's audit of sampled responses accumulates and concludes (:class:`Audit`): per response, the
-exact KL to the judge and its sampled estimators, the stand-in divergence (KL to the regime's reference), length
+exact KL to the judge and its sampled estimators, the SFT model's (the judge's) negative log-likelihood, the stand-in divergence (KL to the regime's reference), length
 and truncation; per token, the regime's log-probs of the sampled tokens next to the judge's; and why a figure is
 missing. :meth:`Audit.metrics` turns them into the ``kl/*`` metrics."""
 
@@ -22,7 +22,7 @@ class Audit:
     """What the audit of a whole evaluation accumulates: per-sample sums and the sampled tokens' log-probs."""
 
     per_sample: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("true", "k1", "k3", "kl_approx", "len", "truncated")}
+        default_factory=lambda: {k: [] for k in ("true", "k1", "k3", "kl_approx", "sft_nll", "len", "truncated")}
     )
     approx_logp: list[torch.Tensor] = field(default_factory=list)  # the regime's, at the response tokens
     judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
@@ -69,6 +69,7 @@ class Audit:
         est = klm.kl_estimators(terms.logp, terms.judge_logp)
         ps["k1"] += klm.sequence_sum(est["k1"], mask).tolist()
         ps["k3"] += klm.sequence_sum(est["k3"], mask).tolist()
+        ps["sft_nll"] += klm.sequence_sum(-terms.judge_logp, mask).tolist()  # the judge is the SFT model
         if terms.stand_in_kl is not None:
             ps["kl_approx"] += klm.sequence_sum(terms.stand_in_kl, mask).tolist()
         if regime_logp is not None:
@@ -108,6 +109,7 @@ class Audit:
             "kl/true": kl_true,
             "kl/true_k1": mm.mean(ps["k1"]),
             "kl/true_k3": mm.mean(ps["k3"]),
+            "eval/ppl_sft": mm.perplexity(ps["sft_nll"], ps["len"]),
             "kl/approx": kl_approx,
             "kl/abs_err": abs(kl_approx - kl_true),
             **{f"kl/{k}": errors[k] for k in LOGP_KEYS},

@@ -168,6 +168,13 @@ METRICS: list[Metric] = [
     Metric("distinct_2", "eval/distinct_2", "share", "higher",
            "distinct bigrams over all bigrams across the responses",
            required=True),
+    Metric("degenerate_rate", "eval/degenerate_rate", "share", "lower",
+           "share of responses at least half of whose word bigrams repeat an earlier one of their own, or with fewer "
+           "than two words (ablate.eval.metrics.degenerate_share): the collapse an unanchored policy drifts into"),
+    Metric("ppl_sft", "eval/ppl_sft", "perplexity", "lower",
+           "perplexity of the policy's evaluation responses under the SFT model (the full reference): exp of their "
+           "summed negative log-likelihood over their tokens (EOS included); each response's sum is the sft_nll column of "
+           "samples.jsonl"),
     Metric("unsafe_rate", "eval/unsafe_rate", "share", "lower",
            "share of responses the safety judge scores at or above task.unsafe_threshold",
            required=True, compared=True, label="unsafe rate"),

@@ -148,14 +148,22 @@ def test_each_samples_kl_is_its_own_though_the_audit_runs_shortest_first(evaluat
     assert [r["policy_response"] for r in res.samples] == texts
     lengths = [n for b in batches for n in b.batch.attention_mask.sum(1).tolist()]
     assert lengths != sorted(lengths)  # the shortest-first order is not the samples' order
-    want = []
+    want, nll, tokens = [], [], []
     for b in batches:
         with torch.no_grad():
             lp = torch.log_softmax(next_token_logits(policy, b.batch).double(), -1)
             lq = torch.log_softmax(next_token_logits(evaluator.judge, b.batch).double(), -1)
-        want += ((lp.exp() * (lp - lq)).sum(-1) * b.batch.target_mask).sum(1).tolist()
+        mask = b.batch.target_mask
+        want += ((lp.exp() * (lp - lq)).sum(-1) * mask).sum(1).tolist()
+        sampled = lq.gather(-1, b.batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        nll += (-sampled * mask).sum(1).tolist()
+        tokens += mask.sum(1).tolist()
     assert [r["kl_true"] for r in res.samples] == pytest.approx(want, rel=1e-6, abs=1e-9)
     assert len(set(round(w, 6) for w in want)) == len(want)  # distinct values: a permutation would show
+    # the SFT model's likelihood of each response, and their perplexity under it (the judge is the SFT model)
+    assert [r["sft_nll"] for r in res.samples] == pytest.approx(nll, rel=1e-6)
+    assert [r["length"] for r in res.samples] == tokens
+    assert res.metrics["eval/ppl_sft"] == pytest.approx(math.exp(sum(nll) / sum(tokens)), rel=1e-6)
 
 
 def test_sft_baseline_is_sampled_once(evaluator):

@@ -9,11 +9,13 @@ import pytest
 from scipy import stats
 
 from ablate.eval.metrics import (
+    degenerate_share,
     distinct_n,
     mean,
     mean_ci,
     mean_rep_n,
     paired_delta,
+    perplexity,
     rep_n,
     words,
 )
@@ -109,3 +111,17 @@ def test_rows_of_refuses_columns_of_unequal_length():
     assert rows_of({"a": [1, 2], "b": ["x", "y"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
     with pytest.raises(ValueError, match="unequal"):
         rows_of({"a": [1, 2], "b": ["x"]})
+
+
+def test_a_response_is_degenerate_when_half_its_bigrams_repeat_or_it_has_none() -> None:
+    texts = ["so happy so happy so happy", "I love it. I love it.", "A calm and lovely day.", "Great!", ""]
+    assert [round(rep_n(t, 2), 2) for t in texts[:3]] == [0.6, 0.4, 0.0]
+    assert degenerate_share(texts) == 3 / 5  # the first, and the two with no bigram
+    assert degenerate_share(texts[1:3]) == 0.0
+    assert degenerate_share(texts, threshold=0.4) == 4 / 5
+    assert math.isnan(degenerate_share([]))
+
+
+def test_perplexity_is_exp_of_the_mean_nll_per_token() -> None:
+    assert perplexity([2.0, 4.0], [2, 4]) == pytest.approx(math.exp(1.0))
+    assert math.isnan(perplexity([], []))

@@ -1,0 +1,219 @@
+"""Over-optimisation over training: the gold reward's and the proxy's gain over the SFT model against sqrt(KL to the
+full reference), per regime (Gao et al.'s axes), and where each run's gold reward peaked.
+
+Per run (:func:`run_points`): the evaluation at which the gold gain (``reward_delta``, the paired difference from the
+SFT model's coupled samples, 0 at step 0) is highest, with its step and true KL; the last evaluation's KL, gold gain,
+proxy gain (``reward_proxy`` minus the run's own step-0 value) and degenerate share; and the first evaluation at which
+at least :data:`COLLAPSE` of the responses are degenerate (the collapse). Per regime (:func:`regime_table`): each of
+those with its mean and 95% Student-t interval over seeds, and the fit of Gao et al.'s RL form
+``R(d) = d (alpha - beta ln d)``, ``d = sqrt(KL)``, to every evaluation of every seed, whose maximum sits at
+``d* = exp(alpha / beta - 1)`` (:func:`gao_fit`). A regime's figures are only as good as its evaluations: the peak is
+one of the evaluated steps, never between them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ablate.tracking import schema
+from analysis.figure_style import LABEL_SEP, ordered, plt, regime_colors, save
+from analysis.markdown import md_table, num, span
+from analysis.stats import t_interval
+
+KL, GOLD, PROXY = schema.logged("kl_true"), schema.logged("reward_delta"), schema.logged("reward_proxy")
+DEGENERATE = schema.logged("degenerate_rate")
+#: a run has collapsed at the first evaluation where at least this share of its responses are degenerate
+COLLAPSE = 0.5
+#: per-run columns summarised over seeds in :func:`regime_table`, in its order
+SUMMARISED = ("end_kl", "end_gold", "end_proxy", "end_degenerate", "peak_gold", "peak_kl", "peak_step")
+CAPTION = (
+    "Left: the gold reward's gain over the SFT model (paired, on coupled samples) against the square root of the "
+    "true KL to the full reference, at each evaluation (Gao et al.'s axes); dashed: Gao et al.'s RL form "
+    "d (alpha - beta ln d) fitted to each regime's evaluations. Middle: the proxy (learned) reward's gain over the "
+    "run's own step 0, same axis: a proxy that keeps rising while the gold falls is being gamed. Right: the share of "
+    "degenerate responses (half their bigrams repeats) at each step. Lines: mean over seeds; bands: the lowest to the "
+    "highest seed."
+)
+
+
+def evaluations(curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, evaluation): ``path, condition, regime, seed, step, kl, sqrt_kl, gold, proxy, degenerate``;
+    ``proxy`` is the gain over the run's own step-0 evaluation (NaN without one, or without a proxy)."""
+    cols = ["path", "condition", "regime", "seed", "step"]
+    if curves.empty or KL not in curves or GOLD not in curves:
+        return pd.DataFrame(columns=[*cols, "kl", "sqrt_kl", "gold", "proxy", "degenerate"])
+    ev = curves[curves[KL].notna()].sort_values(["path", "step"])
+    out = ev[cols].copy()
+    out["kl"] = ev[KL].astype(float)
+    out["sqrt_kl"] = np.sqrt(out["kl"].clip(lower=0.0))
+    out["gold"] = ev[GOLD].astype(float)
+    raw = ev[PROXY].astype(float) if PROXY in ev else pd.Series(math.nan, index=ev.index)
+    start = raw.where(ev["step"] == 0).groupby(ev["path"]).transform("first")
+    out["proxy"] = raw - start
+    out["degenerate"] = ev[DEGENERATE].astype(float) if DEGENERATE in ev else math.nan
+    return out.reset_index(drop=True)
+
+
+def _collapse_step(g: pd.DataFrame) -> float:
+    hit = g[g["degenerate"] >= COLLAPSE]
+    return float(hit["step"].iloc[0]) if len(hit) else math.nan
+
+
+def run_points(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per run: its last evaluation (``end_*``), the evaluation where its gold gain peaked (``peak_*``; the first of
+    equal highs), whether that was before the last (``peaked_early``) and its collapse step (NaN: none)."""
+    rows = []
+    for path, g in ev.groupby("path", sort=False):
+        g = g.sort_values("step")
+        end = g.iloc[-1]
+        peak = g.loc[g["gold"].idxmax()] if g["gold"].notna().any() else end
+        rows.append(
+            {
+                "path": path,
+                "condition": end["condition"],
+                "regime": end["regime"],
+                "seed": end["seed"],
+                "evaluations": len(g),
+                "end_step": float(end["step"]),
+                "end_kl": end["kl"],
+                "end_gold": end["gold"],
+                "end_proxy": end["proxy"],
+                "end_degenerate": end["degenerate"],
+                "peak_step": float(peak["step"]),
+                "peak_kl": peak["kl"],
+                "peak_gold": peak["gold"],
+                "peaked_early": bool(peak["step"] < end["step"]),
+                "collapse_step": _collapse_step(g),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def gao_fit(ev: pd.DataFrame) -> tuple[float, float, float]:
+    """``(alpha, beta, kl_at_peak)`` of ``gold = d (alpha - beta ln d)``, ``d = sqrt(kl)``, by least squares over the
+    evaluations with ``d > 0``; ``kl_at_peak = exp(2 (alpha / beta - 1))`` when beta > 0 (the curve rises, then falls),
+    else NaN. All NaN with fewer than three such evaluations."""
+    g = ev[(ev["sqrt_kl"] > 0) & ev["gold"].notna()]
+    if len(g) < 3:
+        return math.nan, math.nan, math.nan
+    d = g["sqrt_kl"].to_numpy(float)
+    design = np.column_stack([d, -d * np.log(d)])
+    (alpha, beta), *_ = np.linalg.lstsq(design, g["gold"].to_numpy(float), rcond=None)
+    peak = math.exp(2 * (alpha / beta - 1)) if beta > 0 else math.nan
+    return float(alpha), float(beta), peak
+
+
+def regime_table(ev: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Per (condition, regime): the seeds, each :data:`SUMMARISED` column's mean with its 95% t interval over seeds
+    (``<col>``, ``<col>_lo``, ``<col>_hi``), how many seeds peaked before their last evaluation and collapsed, the
+    mean collapse step of those that did, and :func:`gao_fit`."""
+    rows = []
+    for (cond, regime), p in points.groupby(["condition", "regime"], sort=False):
+        row: dict = {"condition": cond, "regime": regime, "n_seeds": len(p)}
+        for col in SUMMARISED:
+            iv = t_interval(p[col].astype(float))
+            row.update({col: iv.mean, f"{col}_lo": iv.lo, f"{col}_hi": iv.hi})
+        row["peaked_early"] = int(p["peaked_early"].sum())
+        row["collapsed"] = int(p["collapse_step"].notna().sum())
+        row["collapse_step"] = float(p["collapse_step"].mean()) if row["collapsed"] else math.nan
+        e = ev[(ev["condition"] == cond) & (ev["regime"] == regime)]
+        row["gao_alpha"], row["gao_beta"], row["gao_peak_kl"] = gao_fit(e)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if len(out):
+        order = {r: i for i, r in enumerate(ordered(out["regime"]))}
+        out = out.sort_values(["condition", "regime"], key=lambda s: s.map(order) if s.name == "regime" else s)
+    return out.reset_index(drop=True)
+
+
+def has_curves(ev: pd.DataFrame) -> bool:
+    """Whether the runs evaluated often enough for the curves to mean something: at least three evaluations a run."""
+    return len(ev) > 0 and int(ev.groupby("path").size().min()) >= 3
+
+
+def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = None, title: str = ""):
+    """Three panels (see :data:`CAPTION`): gold and proxy gain against sqrt(KL), the degenerate share against the
+    step; per regime the mean over seeds at each step, a band from the lowest to the highest seed."""
+    colors = colors if colors is not None else regime_colors(ev["regime"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    for regime in ordered(ev["regime"]):
+        e = ev[ev["regime"] == regime]
+        by = e.groupby("step")
+        mean, lo, hi = by.mean(numeric_only=True), by.min(numeric_only=True), by.max(numeric_only=True)
+        c = colors[regime]
+        for ax, y in zip(axes[:2], ("gold", "proxy")):
+            if mean[y].notna().any():
+                ax.plot(mean["sqrt_kl"], mean[y], "-o", color=c, ms=3, label=regime)
+                ax.fill_between(mean["sqrt_kl"], lo[y], hi[y], color=c, alpha=0.15, lw=0)
+        row = table[table["regime"] == regime]
+        if len(row) and np.isfinite(row["gao_alpha"].iloc[0]):
+            d = np.linspace(1e-3, float(mean["sqrt_kl"].max()), 100)
+            a, b = row["gao_alpha"].iloc[0], row["gao_beta"].iloc[0]
+            axes[0].plot(d, d * (a - b * np.log(d)), "--", color=c, lw=0.8)
+        if mean["degenerate"].notna().any():
+            axes[2].plot(mean.index, mean["degenerate"], "-o", color=c, ms=3, label=regime)
+            axes[2].fill_between(mean.index, lo["degenerate"], hi["degenerate"], color=c, alpha=0.15, lw=0)
+    labels = (
+        ("sqrt(true KL to the full reference), sqrt(nats)", "gold reward gain over SFT (VADER, paired)"),
+        ("sqrt(true KL to the full reference), sqrt(nats)", "proxy reward gain over step 0"),
+        ("optimiser step", "degenerate responses (share)"),
+    )
+    for ax, (x, y) in zip(axes, labels):
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.grid(alpha=0.3)
+    axes[0].axhline(0, color="grey", lw=0.8)
+    axes[2].axhline(COLLAPSE, color="grey", lw=0.8, ls="--")
+    axes[0].legend(fontsize=7, ncol=2)
+    head = "over-optimisation: gold and proxy reward against sqrt(KL)"
+    fig.suptitle(f"{title}: {head}" if title else head)
+    return save(fig, path)
+
+
+def _cell(row: pd.Series, col: str) -> str:
+    return span(row[col], row[f"{col}_lo"], row[f"{col}_hi"])
+
+
+def section(curves: pd.DataFrame, out: Path, colors: dict | None = None) -> tuple[list[str], Path | None]:
+    """The report's over-optimisation section and its figure (``[]``, None unless every run evaluated at least three
+    times); writes ``overoptimisation.csv`` (one row per condition and regime: :func:`regime_table`)."""
+    ev = evaluations(curves)
+    if not has_curves(ev):
+        return [], None
+    table = regime_table(ev, run_points(ev))
+    table.to_csv(out / "overoptimisation.csv", index=False)
+    if ev["condition"].nunique() > 1:  # one line per condition and regime, labelled as the report's other figures
+        ev = ev.assign(regime=ev["condition"].astype(str) + LABEL_SEP + ev["regime"].astype(str))
+        table = table.assign(regime=table["condition"].astype(str) + LABEL_SEP + table["regime"].astype(str))
+    fig = figure(ev, table, out / "figures" / "overoptimisation.png", colors)
+    lines = [
+        "## Over-optimisation: where the gold reward peaked",
+        "",
+        "Per regime, over seeds (mean [95% t interval]): the last evaluation's true KL, gold gain over the SFT model, "
+        "proxy gain over the run's step 0 and degenerate share; the evaluation where each run's gold gain peaked "
+        "(its gain, KL and step); how many seeds peaked before their last evaluation, and how many collapsed (at "
+        f"least {num(COLLAPSE)} of the responses degenerate; the mean step at which they did); the KL at the peak of "
+        "Gao et al.'s RL form fitted to the regime's evaluations (n/a: the fit does not turn down). The peak is one "
+        "of the evaluated steps.",
+        "",
+    ]
+    header = ["regime", "seeds", "end KL", "end gold gain", "end proxy gain", "end degenerate", "peak gold gain",
+              "KL at peak", "step at peak", "peaked early", "collapsed (step)", "Gao peak KL"]  # fmt: skip
+    for cond, t in table.groupby("condition", sort=False):
+        rows = [
+            [
+                f"`{r['regime']}`",
+                str(r["n_seeds"]),
+                *(_cell(r, c) for c in SUMMARISED),
+                f"{r['peaked_early']} of {r['n_seeds']}",
+                f"{r['collapsed']} of {r['n_seeds']}" + (f" ({num(r['collapse_step'])})" if r["collapsed"] else ""),
+                num(r["gao_peak_kl"]),
+            ]
+            for _, r in t.iterrows()
+        ]
+        lines += ([f"### {cond}", ""] if table["condition"].nunique() > 1 else []) + [md_table(header, rows), ""]
+    return lines, fig

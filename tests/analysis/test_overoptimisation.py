@@ -1,0 +1,120 @@
+"""The over-optimisation section (analysis/overoptimisation.py): where each run's gold reward peaked against
+sqrt(KL), Gao et al.'s form fitted, the collapse, and the report's section, on run folders written as runs write
+them. No model runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate.tracking.run_dir import SUMMARY_KEYS, RunFolder
+from analysis import overoptimisation as oo
+from analysis.__main__ import main
+from analysis.load import load_runs
+
+ALPHA, BETA = 0.30, 0.20  # gold = d (alpha - beta ln d): peaks at d* = exp(alpha / beta - 1), KL* = d*^2
+KLS = (0.0, 0.5, 2.0, 4.0, 8.0, 16.0)  # each evaluation's true KL (steps 0, 20, ..., 100)
+
+
+def _gao(kl: float) -> float:
+    d = math.sqrt(kl)
+    return d * (ALPHA - BETA * math.log(d)) if d > 0 else 0.0
+
+
+def _write(root, regime: str, seed: int, over: bool) -> None:
+    """One run: ``over``: ``none``'s collapse (gold along Gao's curve, scaled per seed; proxy climbing; degenerate
+    share past one half from step 80); else a gold gain that keeps rising and no degeneration."""
+    folder = RunFolder(root / f"ref={regime},seed={seed}")
+    folder.write_config({"ref": {"name": regime}, "algo": {"name": "grpo"}, "model": {"name": "tiny"}, "seed": seed})
+    s = {k: 0.5 for k in SUMMARY_KEYS}
+    s.update(status="finished", reason="", steps=100, regime=regime, algo="grpo", model="tiny", seed=seed)
+    folder.write_summary(s)
+    scale = 1.0 + 0.1 * seed
+    for i, kl in enumerate(KLS):
+        kl = kl * scale if over else kl / 8
+        gold = _gao(kl) if over else 0.05 * math.sqrt(kl)
+        folder.log_metrics(
+            20 * i,
+            {
+                "kl/true": kl,
+                "eval/reward_delta": gold,
+                "eval/reward_proxy": 1.0 + (0.3 * i if over else 0.05 * i),
+                "eval/degenerate_rate": (0.1 * i + 0.05 * seed) if over else 0.0,
+                "train/loss": 0.1,
+            },
+        )
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    for seed in range(3):
+        _write(tmp_path / "sweep", "full", seed, over=False)
+        _write(tmp_path / "sweep", "none", seed, over=True)
+    return tmp_path / "sweep"
+
+
+def test_each_runs_peak_end_and_collapse(sweep):
+    ev = oo.evaluations(load_runs(sweep).curves)
+    assert len(ev) == 6 * len(KLS)
+    pts = oo.run_points(ev).set_index(["regime", "seed"])
+    for seed in range(3):
+        s = 1.0 + 0.1 * seed
+        none = pts.loc[("none", seed)]
+        kls = [k * s for k in KLS]
+        golds = [_gao(k) for k in kls]
+        best = int(np.argmax(golds))
+        assert none["peak_step"] == 20 * best and none["peak_kl"] == pytest.approx(kls[best])
+        assert none["peak_gold"] == pytest.approx(golds[best]) and none["peaked_early"]
+        assert none["end_kl"] == pytest.approx(kls[-1]) and none["end_gold"] == pytest.approx(golds[-1])
+        assert none["end_proxy"] == pytest.approx(0.3 * (len(KLS) - 1))  # the gain over its own step 0
+        want = next(20 * i for i in range(len(KLS)) if 0.1 * i + 0.05 * seed >= oo.COLLAPSE - 1e-12)
+        assert none["collapse_step"] == want
+        full = pts.loc[("full", seed)]
+        assert full["peak_step"] == 100 and not full["peaked_early"] and math.isnan(full["collapse_step"])
+
+
+def test_the_regime_table_has_t_intervals_over_seeds_and_gaos_fit(sweep):
+    ev = oo.evaluations(load_runs(sweep).curves)
+    pts = oo.run_points(ev)
+    table = oo.regime_table(ev, pts).set_index("regime")
+    assert list(table.index) == ["full", "none"]  # the regimes' own order
+    peaks = pts[pts["regime"] == "none"]["peak_kl"].to_numpy()
+    half = stats.t.ppf(0.975, 2) * peaks.std(ddof=1) / math.sqrt(3)
+    row = table.loc["none"]
+    assert row["peak_kl"] == pytest.approx(peaks.mean())
+    assert (row["peak_kl_lo"], row["peak_kl_hi"]) == pytest.approx((peaks.mean() - half, peaks.mean() + half))
+    assert row["peaked_early"] == 3 and row["collapsed"] == 3
+    # every evaluation lies on Gao's curve: the fit recovers it, and its peak
+    assert (row["gao_alpha"], row["gao_beta"]) == pytest.approx((ALPHA, BETA), abs=1e-9)
+    assert row["gao_peak_kl"] == pytest.approx(math.exp(2 * (ALPHA / BETA - 1)))
+    assert math.isnan(table.loc["full", "gao_peak_kl"])  # d * sqrt: a curve that never turns down has no peak
+    assert table.loc["full", "collapsed"] == 0 and math.isnan(table.loc["full", "collapse_step"])
+
+
+def test_runs_without_three_evaluations_get_no_section(tmp_path):
+    for seed in range(2):
+        folder = RunFolder(tmp_path / f"ref=full,seed={seed}")
+        folder.write_config({"ref": {"name": "full"}, "seed": seed})
+        for step in (0, 40):
+            folder.log_metrics(step, {"kl/true": 0.1 * step, "eval/reward_delta": 0.01 * step})
+    out = tmp_path / "out"
+    out.mkdir()
+    assert oo.section(load_runs(tmp_path).curves, out) == ([], None)
+    assert not (out / "overoptimisation.csv").exists()
+
+
+def test_the_report_has_the_section_its_table_and_its_figure(sweep, tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out), "--title", "drift"]) == 0
+    text = (out / "report.md").read_text()
+    section = text.split("## Over-optimisation: where the gold reward peaked")[1].split("\n## ")[0]
+    row = next(ln for ln in section.splitlines() if ln.startswith("| `none` |"))
+    assert "| 3 of 3 |" in row and "3 of 3 (" in row  # peaked early, collapsed (at a mean step)
+    csv = pd.read_csv(out / "overoptimisation.csv")
+    assert list(csv["regime"]) == ["full", "none"] and {"peak_kl_lo", "gao_peak_kl"} <= set(csv.columns)
+    png = out / "figures" / "overoptimisation.png"
+    assert png.stat().st_size > 10_000 and "](figures/overoptimisation.png)" in text
