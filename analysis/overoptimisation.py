@@ -95,15 +95,16 @@ def run_points(ev: pd.DataFrame) -> pd.DataFrame:
 
 def gao_fit(ev: pd.DataFrame) -> tuple[float, float, float]:
     """``(alpha, beta, kl_at_peak)`` of ``gold = d (alpha - beta ln d)``, ``d = sqrt(kl)``, by least squares over the
-    evaluations with ``d > 0``; ``kl_at_peak = exp(2 (alpha / beta - 1))`` when beta > 0 (the curve rises, then falls),
-    else NaN. All NaN with fewer than three such evaluations."""
+    evaluations with ``d > 0``; ``kl_at_peak = exp(2 (alpha / beta - 1))`` where the fitted curve turns down within
+    the evaluated KL (beta > 0 and d* at most the largest d), else NaN. All NaN with fewer than three evaluations."""
     g = ev[(ev["sqrt_kl"] > 0) & ev["gold"].notna()]
     if len(g) < 3:
         return math.nan, math.nan, math.nan
     d = g["sqrt_kl"].to_numpy(float)
     design = np.column_stack([d, -d * np.log(d)])
     (alpha, beta), *_ = np.linalg.lstsq(design, g["gold"].to_numpy(float), rcond=None)
-    peak = math.exp(2 * (alpha / beta - 1)) if beta > 0 else math.nan
+    log_peak = alpha / beta - 1 if beta > 0 else math.inf  # ln d*
+    peak = math.exp(2 * log_peak) if log_peak <= math.log(d.max()) else math.nan
     return float(alpha), float(beta), peak
 
 
@@ -197,7 +198,8 @@ def section(curves: pd.DataFrame, out: Path, colors: dict | None = None) -> tupl
         "proxy gain over the run's step 0 and degenerate share; the evaluation where each run's gold gain peaked "
         "(its gain, KL and step); how many seeds peaked before their last evaluation, and how many collapsed (at "
         f"least {num(COLLAPSE)} of the responses degenerate; the mean step at which they did); the KL at the peak of "
-        "Gao et al.'s RL form fitted to the regime's evaluations (n/a: the fit does not turn down). The peak is one "
+        "Gao et al.'s RL form fitted to the regime's evaluations (n/a: the fit does not turn down within the evaluated "
+        "KL). The peak is one "
         "of the evaluated steps.",
         "",
     ]

@@ -32,6 +32,9 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
   every sample;
 - with ``--report``, each row of its ``sensitivity.csv`` (the beta report): the verdict row it restates, the mean
   margin error sd over the runs' summaries, beta x sd and the differences in units of the margin, to ``--rtol``.
+- with ``--report``, each row of its ``overoptimisation.csv``: per run, every evaluation step's gold gain, true KL,
+  proxy gain and degenerate share from the samples, the peak, the end and the collapse; per regime the means over
+  seeds and their t intervals, to ``--rtol`` (:mod:`analysis.recheck_curves`).
 
 Exit status 0 when everything agrees, 1 when something does not (each disagreement is printed), 2 on bad input.
 """
@@ -576,6 +579,9 @@ def recheck(
         recheck_report(runs, report, baseline, found, opts)
         recheck_primary(runs, report, found, opts)
         recheck_sensitivity(runs, report, found, opts["rtol"])
+        from analysis.recheck_curves import recheck_overoptimisation  # it imports this module's helpers
+
+        recheck_overoptimisation(runs, report, found, opts["rtol"])
     return found
 
 

@@ -99,6 +99,8 @@ def test_online_algorithms_with_a_learned_reward_end_to_end(tmp_path):
         assert s["status"] == "finished" and s["steps"] == 2
         assert not math.isnan(s["reward_proxy"]) and not math.isnan(s["reward_gold"])
         assert s["kl_coef_final"] > 0 and s["reward_model_n_pairs"] > 0
+        final = [r for r in map(json.loads, (run_dir / "samples.jsonl").read_text().splitlines()) if r["step"] == 2]
+        assert s["reward_proxy"] == pytest.approx(sum(r["policy_proxy_reward"] for r in final) / len(final))
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         keys = set().union(*rows)
         gold_key = "train/reward_gold" if algo == "ppo" else "train/rewards/gold/mean"

@@ -426,6 +426,7 @@ class Evaluator:
             "sft_reward": sft["rewards"],
             "sft_indep_reward": opponent,
             "policy_unsafe_prob": unsafe_p,
+            **({"policy_proxy_reward": rows["proxy"]} if self.proxy is not None else {}),
             "sft_unsafe_prob": sft["unsafe"],
             **{f"kl_{c}": ps[c] for c in ("true", "k1", "k3")},
             "sft_nll": ps["sft_nll"],

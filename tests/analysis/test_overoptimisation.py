@@ -25,28 +25,57 @@ def _gao(kl: float) -> float:
     return d * (ALPHA - BETA * math.log(d)) if d > 0 else 0.0
 
 
+PROMPTS = 4
+DEGENERATE, FINE = "so happy so happy so happy", "A calm and lovely day."
+
+
+def _degenerate(i: int, seed: int, over: bool) -> int:
+    """How many of the step's responses are degenerate: from 2 of 4 (the collapse) at step 20 * (4 - seed)."""
+    return max(0, min(PROMPTS, i + seed - 2)) if over else 0
+
+
 def _write(root, regime: str, seed: int, over: bool) -> None:
-    """One run: ``over``: ``none``'s collapse (gold along Gao's curve, scaled per seed; proxy climbing; degenerate
-    share past one half from step 80); else a gold gain that keeps rising and no degeneration."""
+    """One run, its samples and the metrics the evaluator would log from them: ``over``: ``none``'s collapse (gold
+    along Gao's curve, scaled per seed; proxy climbing; degenerate responses from step 20 * (4 - seed)); else a gold
+    gain that keeps rising and no degeneration."""
     folder = RunFolder(root / f"ref={regime},seed={seed}")
     folder.write_config({"ref": {"name": regime}, "algo": {"name": "grpo"}, "model": {"name": "tiny"}, "seed": seed})
     s = {k: 0.5 for k in SUMMARY_KEYS}
     s.update(status="finished", reason="", steps=100, regime=regime, algo="grpo", model="tiny", seed=seed)
-    folder.write_summary(s)
     scale = 1.0 + 0.1 * seed
+    rows = []
     for i, kl in enumerate(KLS):
         kl = kl * scale if over else kl / 8
         gold = _gao(kl) if over else 0.05 * math.sqrt(kl)
+        proxy = 1.0 + (0.3 * i if over else 0.05 * i)
+        bad = _degenerate(i, seed, over)
+        at = [
+            {
+                "step": 20 * i,
+                "prompt": f"review of film {p}",
+                "sample": 0,
+                "policy_response": DEGENERATE if p < bad else FINE,
+                "policy_reward": 0.1 * p + gold + 0.01 * (p - 1.5),
+                "sft_reward": 0.1 * p,
+                "policy_proxy_reward": proxy + 0.02 * (p - 1.5),
+                "kl_true": kl * (1 + 0.1 * (p - 1.5)),
+            }
+            for p in range(PROMPTS)
+        ]
+        rows += at
+        mean = lambda key, at=at: sum(r[key] for r in at) / PROMPTS  # noqa: E731
         folder.log_metrics(
             20 * i,
             {
-                "kl/true": kl,
-                "eval/reward_delta": gold,
-                "eval/reward_proxy": 1.0 + (0.3 * i if over else 0.05 * i),
-                "eval/degenerate_rate": (0.1 * i + 0.05 * seed) if over else 0.0,
+                "kl/true": mean("kl_true"),
+                "eval/reward_delta": sum(r["policy_reward"] - r["sft_reward"] for r in at) / PROMPTS,
+                "eval/reward_proxy": mean("policy_proxy_reward"),
+                "eval/degenerate_rate": bad / PROMPTS,
                 "train/loss": 0.1,
             },
         )
+    folder.write_samples(rows)
+    folder.write_summary(s)
 
 
 @pytest.fixture
@@ -68,11 +97,10 @@ def test_each_runs_peak_end_and_collapse(sweep):
         golds = [_gao(k) for k in kls]
         best = int(np.argmax(golds))
         assert none["peak_step"] == 20 * best and none["peak_kl"] == pytest.approx(kls[best])
-        assert none["peak_gold"] == pytest.approx(golds[best]) and none["peaked_early"]
-        assert none["end_kl"] == pytest.approx(kls[-1]) and none["end_gold"] == pytest.approx(golds[-1])
+        assert none["peak_gold"] == pytest.approx(golds[best], abs=1e-12) and none["peaked_early"]
+        assert none["end_kl"] == pytest.approx(kls[-1]) and none["end_gold"] == pytest.approx(golds[-1], abs=1e-12)
         assert none["end_proxy"] == pytest.approx(0.3 * (len(KLS) - 1))  # the gain over its own step 0
-        want = next(20 * i for i in range(len(KLS)) if 0.1 * i + 0.05 * seed >= oo.COLLAPSE - 1e-12)
-        assert none["collapse_step"] == want
+        assert none["collapse_step"] == 20 * (4 - seed)  # 2 of its 4 responses degenerate
         full = pts.loc[("full", seed)]
         assert full["peak_step"] == 100 and not full["peaked_early"] and math.isnan(full["collapse_step"])
 
@@ -118,3 +146,19 @@ def test_the_report_has_the_section_its_table_and_its_figure(sweep, tmp_path):
     assert list(csv["regime"]) == ["full", "none"] and {"peak_kl_lo", "gao_peak_kl"} <= set(csv.columns)
     png = out / "figures" / "overoptimisation.png"
     assert png.stat().st_size > 10_000 and "](figures/overoptimisation.png)" in text
+
+
+def test_the_recheck_recomputes_the_table_from_the_samples_and_catches_an_edit(sweep, tmp_path):
+    from analysis.recheck import recheck
+
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out), "--title", "drift"]) == 0
+    found = recheck([sweep], out, n_boot=200)
+    over = [e for e in found.errors if e.startswith("overoptimisation")]
+    assert over == [] and found.rows >= 2
+    table = pd.read_csv(out / "overoptimisation.csv")
+    table.loc[table["regime"] == "none", "peak_kl_hi"] += 0.01
+    table.loc[table["regime"] == "none", "collapsed"] = 2
+    table.to_csv(out / "overoptimisation.csv", index=False)
+    errors = [e for e in recheck([sweep], out, n_boot=200).errors if e.startswith("overoptimisation")]
+    assert len(errors) == 2 and "peak_kl_hi" in errors[0] and "collapsed" in errors[1]

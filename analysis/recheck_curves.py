@@ -1,0 +1,108 @@
+"""The recheck of a report's ``overoptimisation.csv`` from its runs' ``samples.jsonl``, every evaluation step of them,
+without :mod:`analysis.overoptimisation` (its rules restated here): per step, the gold gain (the mean over prompts of
+each prompt's mean policy-minus-SFT reward), the true KL, the proxy reward and the share of degenerate responses
+(half their word bigrams repeat an earlier one, or none); per run, the first highest gold gain, the last evaluation
+and the first step with at least half the responses degenerate; per regime, the means over seeds with their 95%
+Student-t intervals and the counts. A figure the samples cannot give (runs older than the proxy's column) is left
+unchecked."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import t as scipy_t
+
+from analysis.recheck import Findings, _f, mean_of, per_prompt
+
+_WORD = re.compile(r"\w+")
+_COLLAPSE = 0.5
+
+
+def _degenerate(text: str) -> float:
+    w = _WORD.findall(str(text).lower())
+    grams = list(zip(w, w[1:]))
+    return 1.0 if not grams or 1 - len(set(grams)) / len(grams) >= _COLLAPSE else 0.0
+
+
+def steps(run: Path) -> list[dict]:
+    """Per evaluation step of ``run/samples.jsonl``, in step order: ``step, kl, gold, proxy, degenerate``."""
+    f = run / "samples.jsonl"
+    rows = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()] if f.is_file() else []
+    out = []
+    for step in sorted({int(r["step"]) for r in rows}):
+        at = [r for r in rows if int(r["step"]) == step]
+        proxy = all("policy_proxy_reward" in r for r in at)
+        out.append(
+            {
+                "step": float(step),
+                "kl": mean_of(per_prompt(at, lambda r: _f(r["kl_true"])).values()),
+                "gold": mean_of(per_prompt(at, lambda r: _f(r["policy_reward"]) - _f(r["sft_reward"])).values()),
+                "proxy": math.fsum(_f(r["policy_proxy_reward"]) for r in at) / len(at) if proxy else math.nan,
+                "degenerate": math.fsum(_degenerate(r["policy_response"]) for r in at) / len(at),
+            }
+        )
+    if out:
+        start = out[0]["proxy"] if out[0]["step"] == 0 else math.nan
+        for s in out:
+            s["proxy"] -= start
+    return out
+
+
+def _run(evals: list[dict]) -> dict:
+    gold = [e["gold"] for e in evals]
+    peak, end = evals[int(np.nanargmax(gold))], evals[-1]
+    hit = [e["step"] for e in evals if e["degenerate"] >= _COLLAPSE]
+    return {
+        "end_kl": end["kl"],
+        "end_gold": end["gold"],
+        "end_proxy": end["proxy"],
+        "end_degenerate": end["degenerate"],
+        "peak_gold": peak["gold"],
+        "peak_kl": peak["kl"],
+        "peak_step": peak["step"],
+        "early": peak["step"] < end["step"],
+        "collapse": hit[0] if hit else math.nan,
+    }
+
+
+def _t(values: list[float]) -> tuple[float, float, float]:
+    x = np.array([v for v in values if math.isfinite(v)], dtype=np.float64)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    if len(x) < 2:
+        return float(x.mean()), math.nan, math.nan
+    half = scipy_t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def recheck_overoptimisation(runs: pd.DataFrame, report: Path, found: Findings, rtol: float) -> None:
+    """Each row of ``report/overoptimisation.csv`` against its runs' samples (finished and diverged runs, as the
+    report's section reads them)."""
+    table = report / "overoptimisation.csv"
+    if not table.is_file():
+        return
+    ended = runs[runs["status"].isin(["finished", "diverged"])]
+    for _, row in pd.read_csv(table).iterrows():
+        what = f"overoptimisation: {row['condition']}: {row['regime']}"
+        g = ended[(ended["condition"].astype(str) == str(row["condition"])) & (ended["regime"] == row["regime"])]
+        per_run = [_run(e) for e in (steps(Path(p)) for p in g["path"]) if e]
+        if len(per_run) != len(g) or not per_run:
+            found.errors.append(f"{what}: {len(g) - len(per_run)} of its {len(g)} runs have no samples to check")
+            continue
+        found.rows += 1
+        found.compare(f"{what}: seeds", _f(row["n_seeds"]), float(len(per_run)), rtol)
+        for col in ("end_kl", "end_gold", "end_proxy", "end_degenerate", "peak_gold", "peak_kl", "peak_step"):
+            values = [r[col] for r in per_run]
+            if col == "end_proxy" and not all(math.isfinite(v) for v in values):
+                continue  # runs older than the proxy's column in the samples
+            for suffix, again in zip(("", "_lo", "_hi"), _t(values)):
+                found.compare(f"{what}: {col}{suffix}", _f(row[f"{col}{suffix}"]), again, rtol)
+        found.compare(f"{what}: peaked early", _f(row["peaked_early"]), float(sum(r["early"] for r in per_run)), rtol)
+        collapsed = [r["collapse"] for r in per_run if math.isfinite(r["collapse"])]
+        found.compare(f"{what}: collapsed", _f(row["collapsed"]), float(len(collapsed)), rtol)
+        found.compare(f"{what}: collapse step", _f(row["collapse_step"]), mean_of(collapsed), rtol)
