@@ -131,6 +131,37 @@ def regime_table(ev: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+#: per-run columns compared with the baseline's run of the same seed: (column, "ratio" | "difference")
+PAIRED = (("end_kl", "ratio"), ("peak_kl", "ratio"), ("end_gold", "difference"), ("end_degenerate", "difference"))
+
+
+def against_baseline(points: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
+    """Per (condition, regime) other than ``baseline``: each :data:`PAIRED` column against the baseline's run of the
+    same condition and seed, as ``<col>_<ratio|difference>`` with ``_lo``/``_hi``: a ratio is the geometric mean of
+    the per-seed ratios with its 95% t interval on the log scale (seeds where either value is not above 0 left out),
+    a difference the mean of the per-seed differences with its t interval; ``n_paired``: the seeds both ran."""
+    rows = []
+    base = points[points["regime"] == baseline]
+    for (cond, regime), p in points.groupby(["condition", "regime"], sort=False):
+        b = base[base["condition"] == cond].set_index("seed")
+        if regime == baseline or b.empty:
+            continue
+        p = p[p["seed"].isin(b.index)].set_index("seed")
+        row: dict = {"condition": cond, "regime": regime, "n_paired": len(p)}
+        for col, kind in PAIRED:
+            x, y = p[col].astype(float), b.loc[p.index, col].astype(float)
+            if kind == "ratio":
+                ok = (x > 0) & (y > 0)
+                iv = t_interval(np.log(x[ok] / y[ok]))
+                values = (math.exp(iv.mean) if math.isfinite(iv.mean) else math.nan, math.exp(iv.lo), math.exp(iv.hi))
+            else:
+                iv = t_interval(x - y)
+                values = (iv.mean, iv.lo, iv.hi)
+            row.update(dict(zip((f"{col}_{kind}", f"{col}_{kind}_lo", f"{col}_{kind}_hi"), values)))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def has_curves(ev: pd.DataFrame) -> bool:
     """Whether the runs evaluated often enough for the curves to mean something: at least three evaluations a run."""
     return len(ev) > 0 and int(ev.groupby("path").size().min()) >= 3
@@ -179,18 +210,26 @@ def _cell(row: pd.Series, col: str) -> str:
     return span(row[col], row[f"{col}_lo"], row[f"{col}_hi"])
 
 
-def section(curves: pd.DataFrame, out: Path, colors: dict | None = None) -> tuple[list[str], Path | None]:
+def section(
+    curves: pd.DataFrame, out: Path, baseline: str = "full", colors: dict | None = None
+) -> tuple[list[str], Path | None]:
     """The report's over-optimisation section and its figure (``[]``, None unless every run evaluated at least three
-    times); writes ``overoptimisation.csv`` (one row per condition and regime: :func:`regime_table`)."""
+    times); writes ``overoptimisation.csv`` (one row per condition and regime: :func:`regime_table`, with
+    :func:`against_baseline`'s columns)."""
     ev = evaluations(curves)
     if not has_curves(ev):
         return [], None
-    table = regime_table(ev, run_points(ev))
+    points = run_points(ev)
+    paired = against_baseline(points, baseline)
+    table = regime_table(ev, points)
+    if len(paired):
+        table = table.merge(paired, on=["condition", "regime"], how="left")
     table.to_csv(out / "overoptimisation.csv", index=False)
+    drawn, fitted = ev, table
     if ev["condition"].nunique() > 1:  # one line per condition and regime, labelled as the report's other figures
-        ev = ev.assign(regime=ev["condition"].astype(str) + LABEL_SEP + ev["regime"].astype(str))
-        table = table.assign(regime=table["condition"].astype(str) + LABEL_SEP + table["regime"].astype(str))
-    fig = figure(ev, table, out / "figures" / "overoptimisation.png", colors)
+        drawn = ev.assign(regime=ev["condition"].astype(str) + LABEL_SEP + ev["regime"].astype(str))
+        fitted = table.assign(regime=table["condition"].astype(str) + LABEL_SEP + table["regime"].astype(str))
+    fig = figure(drawn, fitted, out / "figures" / "overoptimisation.png", colors)
     lines = [
         "## Over-optimisation: where the gold reward peaked",
         "",
@@ -218,4 +257,27 @@ def section(curves: pd.DataFrame, out: Path, colors: dict | None = None) -> tupl
             for _, r in t.iterrows()
         ]
         lines += ([f"### {cond}", ""] if table["condition"].nunique() > 1 else []) + [md_table(header, rows), ""]
+        vs = t[t["n_paired"].notna()] if "n_paired" in t else t.iloc[0:0]
+        if len(vs):
+            lines += [
+                f"Against `{baseline}`, paired by seed (ratio: geometric mean of the per-seed ratios [95% t interval on "
+                "the log scale]; difference: mean [95% t interval]):",
+                "",
+                md_table(
+                    [
+                        "regime",
+                        "seeds paired",
+                        "end KL ratio",
+                        "KL-at-peak ratio",
+                        "end gold diff.",
+                        "end degenerate diff.",
+                    ],  # fmt: skip
+                    [
+                        [f"`{r['regime']}`", str(int(r["n_paired"]))]
+                        + [_cell(r, f"{col}_{kind}") for col, kind in PAIRED]
+                        for _, r in vs.iterrows()
+                    ],
+                ),
+                "",
+            ]
     return lines, fig

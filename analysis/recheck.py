@@ -581,7 +581,7 @@ def recheck(
         recheck_sensitivity(runs, report, found, opts["rtol"])
         from analysis.recheck_curves import recheck_overoptimisation  # it imports this module's helpers
 
-        recheck_overoptimisation(runs, report, found, opts["rtol"])
+        recheck_overoptimisation(runs, report, found, opts["rtol"], baseline)
     return found
 
 

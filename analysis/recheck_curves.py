@@ -80,20 +80,45 @@ def _t(values: list[float]) -> tuple[float, float, float]:
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
-def recheck_overoptimisation(runs: pd.DataFrame, report: Path, found: Findings, rtol: float) -> None:
+def _paired(what: str, row, mine: dict, base: dict, found: Findings, rtol: float) -> None:
+    """The row's comparison with the baseline's runs of the same seeds: ratios on the log scale, differences."""
+    seeds = sorted(set(mine) & set(base))
+    found.compare(f"{what}: seeds paired", _f(row["n_paired"]), float(len(seeds)), rtol)
+    for col, kind in (("end_kl", "ratio"), ("peak_kl", "ratio"), ("end_gold", "difference"),
+                      ("end_degenerate", "difference")):  # fmt: skip
+        if kind == "ratio":
+            logs = [math.log(mine[s][col] / base[s][col]) for s in seeds if mine[s][col] > 0 and base[s][col] > 0]
+            again = tuple(math.exp(v) for v in _t(logs))
+        else:
+            again = _t([mine[s][col] - base[s][col] for s in seeds])
+        for suffix, v in zip(("", "_lo", "_hi"), again):
+            found.compare(f"{what}: {col}_{kind}{suffix}", _f(row[f"{col}_{kind}{suffix}"]), v, rtol)
+
+
+def recheck_overoptimisation(
+    runs: pd.DataFrame, report: Path, found: Findings, rtol: float, baseline: str = "full"
+) -> None:
     """Each row of ``report/overoptimisation.csv`` against its runs' samples (finished and diverged runs, as the
-    report's section reads them)."""
+    report's section reads them), and its comparison with ``baseline`` where it has one."""
     table = report / "overoptimisation.csv"
     if not table.is_file():
         return
     ended = runs[runs["status"].isin(["finished", "diverged"])]
+
+    def by_seed(condition: str, regime: str) -> dict:
+        g = ended[(ended["condition"].astype(str) == condition) & (ended["regime"] == regime)]
+        return {int(seed): steps(Path(p)) for seed, p in zip(g["seed"], g["path"])}
+
     for _, row in pd.read_csv(table).iterrows():
         what = f"overoptimisation: {row['condition']}: {row['regime']}"
-        g = ended[(ended["condition"].astype(str) == str(row["condition"])) & (ended["regime"] == row["regime"])]
-        per_run = [_run(e) for e in (steps(Path(p)) for p in g["path"]) if e]
-        if len(per_run) != len(g) or not per_run:
-            found.errors.append(f"{what}: {len(g) - len(per_run)} of its {len(g)} runs have no samples to check")
+        evals = by_seed(str(row["condition"]), row["regime"])
+        per_run = [_run(e) for e in evals.values() if e]
+        if len(per_run) != len(evals) or not per_run:
+            found.errors.append(f"{what}: {len(evals) - len(per_run)} of its {len(evals)} runs have no samples")
             continue
+        if "n_paired" in row and math.isfinite(_f(row["n_paired"])):
+            base = {s: _run(e) for s, e in by_seed(str(row["condition"]), baseline).items() if e}
+            _paired(what, row, {s: _run(e) for s, e in evals.items()}, base, found, rtol)
         found.rows += 1
         found.compare(f"{what}: seeds", _f(row["n_seeds"]), float(len(per_run)), rtol)
         for col in ("end_kl", "end_gold", "end_proxy", "end_degenerate", "peak_gold", "peak_kl", "peak_step"):

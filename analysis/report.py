@@ -306,7 +306,7 @@ def write_report(
         lines += cost_lines(bench, list(agg["regime"].drop_duplicates()))
     ended = runs.loc[runs["status"].isin(["finished", "diverged"]), "path"]  # a diverged run's curve is a result here
     curves = data.curves[data.curves["path"].isin(ended)] if len(data.curves) else data.curves
-    over_lines, over_fig = overoptimisation_section(curves, out)
+    over_lines, over_fig = overoptimisation_section(curves, out, baseline)
     lines += over_lines
     if over_fig is not None:
         figs["overoptimisation"] = over_fig

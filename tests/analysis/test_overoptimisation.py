@@ -123,6 +123,23 @@ def test_the_regime_table_has_t_intervals_over_seeds_and_gaos_fit(sweep):
     assert table.loc["full", "collapsed"] == 0 and math.isnan(table.loc["full", "collapse_step"])
 
 
+def test_each_regime_against_full_paired_by_seed(sweep):
+    pts = oo.run_points(oo.evaluations(load_runs(sweep).curves))
+    vs = oo.against_baseline(pts).set_index("regime")
+    assert list(vs.index) == ["none"] and vs.loc["none", "n_paired"] == 3
+    by = pts.set_index(["regime", "seed"])
+    ratios = np.log([by.loc[("none", s), "end_kl"] / by.loc[("full", s), "end_kl"] for s in range(3)])
+    half = stats.t.ppf(0.975, 2) * ratios.std(ddof=1) / math.sqrt(3)
+    row = vs.loc["none"]
+    assert row["end_kl_ratio"] == pytest.approx(math.exp(ratios.mean()))  # 8 x (1 + 0.1 seed): a geometric mean
+    assert (row["end_kl_ratio_lo"], row["end_kl_ratio_hi"]) == pytest.approx(
+        (math.exp(ratios.mean() - half), math.exp(ratios.mean() + half))
+    )
+    diffs = [by.loc[("none", s), "end_gold"] - by.loc[("full", s), "end_gold"] for s in range(3)]
+    assert row["end_gold_difference"] == pytest.approx(np.mean(diffs))
+    assert vs.columns.str.startswith("peak_kl_ratio").sum() == 3
+
+
 def test_runs_without_three_evaluations_get_no_section(tmp_path):
     for seed in range(2):
         folder = RunFolder(tmp_path / f"ref=full,seed={seed}")
@@ -142,6 +159,8 @@ def test_the_report_has_the_section_its_table_and_its_figure(sweep, tmp_path):
     section = text.split("## Over-optimisation: where the gold reward peaked")[1].split("\n## ")[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| `none` |"))
     assert "| 3 of 3 |" in row and "3 of 3 (" in row  # peaked early, collapsed (at a mean step)
+    paired = section.split("Against `full`, paired by seed")[1]
+    assert next(ln for ln in paired.splitlines() if ln.startswith("| `none` | 3 |"))
     csv = pd.read_csv(out / "overoptimisation.csv")
     assert list(csv["regime"]) == ["full", "none"] and {"peak_kl_lo", "gao_peak_kl"} <= set(csv.columns)
     png = out / "figures" / "overoptimisation.png"
@@ -159,6 +178,7 @@ def test_the_recheck_recomputes_the_table_from_the_samples_and_catches_an_edit(s
     table = pd.read_csv(out / "overoptimisation.csv")
     table.loc[table["regime"] == "none", "peak_kl_hi"] += 0.01
     table.loc[table["regime"] == "none", "collapsed"] = 2
+    table.loc[table["regime"] == "none", "end_kl_ratio_lo"] *= 1.01
     table.to_csv(out / "overoptimisation.csv", index=False)
     errors = [e for e in recheck([sweep], out, n_boot=200).errors if e.startswith("overoptimisation")]
-    assert len(errors) == 2 and "peak_kl_hi" in errors[0] and "collapsed" in errors[1]
+    assert sorted(e.split(": ")[3] for e in errors) == ["collapsed", "end_kl_ratio_lo", "peak_kl_hi"]
