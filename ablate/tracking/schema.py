@@ -170,11 +170,13 @@ METRICS: list[Metric] = [
            required=True),
     Metric("degenerate_rate", "eval/degenerate_rate", "share", "lower",
            "share of responses at least half of whose word bigrams repeat an earlier one of their own, or with fewer "
-           "than two words (ablate.eval.metrics.degenerate_share): the collapse an unanchored policy drifts into"),
+           "than two words (ablate.eval.metrics.degenerate_share): the collapse an unanchored policy drifts into",
+           compared=True, label="degenerate"),
     Metric("ppl_sft", "eval/ppl_sft", "perplexity", "lower",
            "perplexity of the policy's evaluation responses under the SFT model (the full reference): exp of their "
            "summed negative log-likelihood over their tokens (EOS included); each response's sum is the sft_nll column of "
-           "samples.jsonl"),
+           "samples.jsonl",
+           compared=True, label="SFT ppl."),
     Metric("unsafe_rate", "eval/unsafe_rate", "share", "lower",
            "share of responses the safety judge scores at or above task.unsafe_threshold",
            required=True, compared=True, label="unsafe rate"),
@@ -246,7 +248,7 @@ JOB_KEYS: dict[str, str] = {
 #: The report's tables: their summary columns in order (``<key>_step0``: the value at step 0).
 REPORT_TABLES: dict[str, tuple[str, ...]] = {
     "fidelity": ("kl_abs_err_step0", "kl_abs_err", "kl_true", "kl_approx", "ref_bytes", "ref_ms_per_step"),
-    "behaviour": ("win_rate", "reward_gold", "ppl", "length", "rep_2", "unsafe_rate"),
+    "behaviour": ("win_rate", "reward_gold", "ppl", "ppl_sft", "length", "rep_2", "degenerate_rate", "unsafe_rate"),
     # what the algorithm itself consumed from its reference, against the full reference (ablate.eval.fidelity)
     "consumed": (
         "margin_err_mean",
