@@ -129,6 +129,7 @@ NOT_A_CONDITION = (
     "cfg.save_policy",
     "cfg.model.device",
     "cfg.plan.",
+    "cfg.eval.at_start",  # it adds a step-0 evaluation only (tests/test_run.py: training and the end are the same)
 )
 
 

@@ -125,3 +125,33 @@ def test_hf_model_from_a_local_folder(tmp_path, tiny_source):
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "finished" and s["model"] == "hf" and s["kl_true_step0"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["dpo", "grpo"])
+def test_an_evaluation_at_step_0_leaves_training_and_the_final_evaluation_as_they_were(tmp_path, algo):
+    """``eval.at_start`` only adds an evaluation: the evaluator draws from generators of its own, so the run trains
+    and ends the same (which is why analysis.load does not split runs by it: seeds with and without it pool)."""
+    extra = ["algo.num_generations=2"] if algo == "grpo" else []
+    out = {}
+    for at_start in ("true", "false"):
+        run_dir = tmp_path / at_start
+        res = run_cli(
+            *TINY_FAST, f"algo={algo}", *extra, "eval.interval=0", f"eval.at_start={at_start}",
+            f"hydra.run.dir={run_dir}", cwd=tmp_path,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        losses = [r["train/loss"] for r in rows if "train/loss" in r]
+        final = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+        out[at_start] = (
+            losses,
+            [r for r in final if r["step"] == 3],
+            json.loads((run_dir / "summary.json").read_text()),
+        )
+    (l_with, s_with, with_), (l_without, s_without, without) = out["true"], out["false"]
+    assert len(l_with) == 3 and l_with == l_without
+    assert s_with == s_without and len(s_with) == 4
+    for key in ("kl_true", "reward_delta", "win_rate", "length", "ppl", "ppl_sft", "rep_2"):
+        assert with_[key] == without[key], key
+    assert with_["kl_true_step0"] == 0.0 and math.isnan(without.get("kl_true_step0", math.nan))

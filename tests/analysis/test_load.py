@@ -60,6 +60,23 @@ def test_conditions_and_regime_labels():
     assert set(runs["condition"]) == {"all runs"}  # the adapter goes with ref=shared: not a condition
 
 
+def test_seeds_with_and_without_a_step_0_evaluation_pool():
+    """eval.at_start adds an evaluation and changes nothing else (tests/test_run.py), so a report's later seeds can
+    evaluate step 0 and still pool with its earlier ones; eval.interval, which draws the curves, is a condition."""
+    import pandas as pd
+
+    runs = pd.DataFrame(
+        {
+            "regime": ["full", "full", "full"],
+            "cfg.eval.at_start": [False, True, True],
+            "cfg.eval.interval": [0, 0, 20],
+            "cfg.seed": [0, 4, 5],
+        }
+    )
+    label_conditions(runs)
+    assert list(runs["condition"]) == ["eval.interval=0", "eval.interval=0", "eval.interval=20"]
+
+
 def _strict_and_old_sweeps(root):
     """One job written as a run writes it now (strict JSON: null + reason) and the same job as older runs wrote
     it (NaN tokens): kl/approx is NaN at every step and ref_hit_rate (a regime's own figure) is NaN."""
