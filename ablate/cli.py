@@ -306,6 +306,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     argv = sys.argv[1:]
     informational = any(a in argv for a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c", "--version"))
+    if any(a in argv for a in ("-m", "--multirun")) and any(a in argv for a in ("--cfg", "-c", "--info")):
+        _error_exit(  # Hydra refuses the pair with a traceback
+            "--cfg and --info show one job: drop -m and name the job (python -m ablate +sweep=<preset> ref=int8 "
+            "--cfg job); `python -m ablate.sweep list` shows each preset's grid"
+        )
     if not informational:
         try:
             preflight(argv)

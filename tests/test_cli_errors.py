@@ -22,6 +22,8 @@ NO_CUDA = not torch.cuda.is_available()
 REFS = ", ".join(sorted(REGISTRY))  # the registry is the one list (tests/refs/test_listing.py pins its order)
 
 BAD = [
+    # Hydra's --cfg under -m (a traceback from Hydra itself)
+    (["-m", "+sweep=report_dpo", "--cfg", "job"], "--cfg and --info show one job: drop -m and name the job"),
     # unknown options of every group, of a launcher, of a sweep preset
     (["ref=nope"], f"unknown ref 'nope' (choose from: {REFS})"),
     (["algo=nope"], "unknown algo 'nope' (choose from: dpo, grpo, ppo)"),
