@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as scipy_t
 
-from analysis.recheck import Findings, _f, mean_of, per_prompt
+from analysis.recheck_base import Findings, _f, mean_of, per_prompt
 
 _WORD = re.compile(r"\w+")
 _COLLAPSE = 0.5

@@ -182,3 +182,16 @@ def test_the_recheck_recomputes_the_table_from_the_samples_and_catches_an_edit(s
     table.to_csv(out / "overoptimisation.csv", index=False)
     errors = [e for e in recheck([sweep], out, n_boot=200).errors if e.startswith("overoptimisation")]
     assert sorted(e.split(": ")[3] for e in errors) == ["collapsed", "end_kl_ratio_lo", "peak_kl_hi"]
+
+
+def test_the_recheck_does_not_import_the_code_it_checks():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, analysis.recheck; "
+        "print(sorted(m for m in sys.modules if m in ('analysis.overoptimisation', 'analysis.samples', "
+        "'analysis.bootstrap', 'ablate.eval.metrics')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
