@@ -174,8 +174,8 @@ METRICS: list[Metric] = [
            compared=True, label="degenerate"),
     Metric("ppl_sft", "eval/ppl_sft", "perplexity", "lower",
            "perplexity of the policy's evaluation responses under the SFT model (the full reference): exp of their "
-           "summed negative log-likelihood over their tokens (EOS included); each response's sum is the sft_nll column of "
-           "samples.jsonl",
+           "summed negative log-likelihood over their tokens (EOS included); each response's sum is the sft_nll "
+           "column of samples.jsonl",
            compared=True, label="SFT ppl."),
     Metric("unsafe_rate", "eval/unsafe_rate", "share", "lower",
            "share of responses the safety judge scores at or above task.unsafe_threshold",
