@@ -260,8 +260,8 @@ def section(
         vs = t[t["n_paired"].notna()] if "n_paired" in t else t.iloc[0:0]
         if len(vs):
             lines += [
-                f"Against `{baseline}`, paired by seed (ratio: geometric mean of the per-seed ratios [95% t interval on "
-                "the log scale]; difference: mean [95% t interval]):",
+                f"Against `{baseline}`, paired by seed (ratio: geometric mean of the per-seed ratios [95% t interval "
+                "on the log scale]; difference: mean [95% t interval]):",
                 "",
                 md_table(
                     [

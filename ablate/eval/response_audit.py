@@ -1,7 +1,8 @@
 """What the evaluator's audit of sampled responses accumulates and concludes (:class:`Audit`): per response, the
 exact KL to the judge and its sampled estimators, the SFT model's (the judge's) negative log-likelihood, the stand-in
-divergence (KL to the regime's reference), length and truncation; per token, the regime's log-probs of the sampled tokens next to the judge's; and why a figure is
-missing. :meth:`Audit.metrics` turns them into the ``kl/*`` metrics."""
+divergence (KL to the regime's reference), length and truncation; per token, the regime's log-probs of the sampled
+tokens next to the judge's; and why a figure is missing. :meth:`Audit.metrics` turns them into the ``kl/*``
+metrics."""
 
 from __future__ import annotations
 
