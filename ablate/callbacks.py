@@ -54,6 +54,7 @@ class EvaluationCallback(RunCallback):
         res.metrics = schema.complete(res.metrics)  # derived metrics of the schema, logged like the others
         metrics = {**res.metrics, **cost_metrics(self.reference, step)}
         self.folder.log_metrics(step, metrics)
+        self.folder.add_samples(res.samples)
         self.logger.log(metrics, step=step)
         if self.state.first_eval is None:
             self.state.first_eval = res

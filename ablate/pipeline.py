@@ -269,13 +269,14 @@ def release_training_state(trainer) -> int:
 
 def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, folder, logger) -> None:
     """The final evaluation (unless the last step was just evaluated, or the job diverged), the last
-    evaluation's samples, and the trained policy when ``save_policy``."""
+    evaluation's samples (each evaluation added its own to ``samples.jsonl``; W&B gets the last one's table), and
+    the trained policy when ``save_policy``."""
     state.steps = trainer.state.global_step
     last = state.last_eval
     if state.status == "finished" and (last is None or last.step != state.steps or not last.final):
         evaluation.evaluate(state.steps, final=True)
     if state.last_eval is not None:
-        folder.write_samples(state.last_eval.samples)
+        folder.add_samples(state.last_eval.samples)
         logger.log_table("eval/samples", state.last_eval.samples)
     if cfg.save_policy:
         trainer.save_model(str(Path(cfg.out_dir) / "policy"))

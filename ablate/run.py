@@ -250,6 +250,7 @@ def _run_in(cfg: Config, raw: DictConfig, folder) -> dict[str, Any]:
     if decision.checkpoint is not None:
         state = JobState.from_dict(decision.checkpoint[1])
         folder.truncate_metrics(state.steps)
+        folder.truncate_samples(state.steps)
     logger = make_logger(cfg, raw, out_dir)
     state.start()
     extra = job_extra(cfg, resumed_from=state.steps if decision.checkpoint is not None else None)

@@ -37,7 +37,7 @@ def test_tiny_dpo_run_end_to_end(tmp_path):
     assert [r["step"] for r in rows if "eval/win_rate" in r] == [0, 2, 3]
     # samples.jsonl: the policy's and the SFT model's responses with their scores
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 4
+    assert [r["step"] for r in samples] == [0] * 4 + [2] * 4 + [3] * 4  # every evaluation's, in order
     assert {"prompt", "policy_response", "sft_response", "policy_reward", "sft_reward", "kl_true"} <= set(samples[0])
     # the resolved config and a W&B offline run
     assert "name: tiny" in (run_dir / "config.yaml").read_text()

@@ -330,6 +330,26 @@ class RunFolder:
         text = "".join(strict_dumps(dict(r)) + "\n" for r in rows)
         return atomic_write_text(self.samples_path, text)
 
+    def read_samples(self) -> list[dict[str, Any]]:
+        """The rows of ``samples.jsonl`` (none when there is no file)."""
+        if not self.samples_path.exists():
+            return []
+        text = self.samples_path.read_text(encoding="utf-8")
+        return [r for r in (json.loads(x) for x in text.splitlines() if x.strip()) if isinstance(r, dict)]
+
+    def add_samples(self, rows: list[Mapping[str, Any]]) -> Path:
+        """Add one evaluation's samples (each row has its ``step``) to those of the job's earlier evaluations; rows
+        of the same step are replaced (an evaluation written again). Rewritten atomically: the curves of a report
+        are recomputed from every evaluation's samples (analysis/recheck_curves.py)."""
+        steps = {int(r["step"]) for r in rows}
+        kept = [r for r in self.read_samples() if int(r.get("step", 0)) not in steps]
+        return self.write_samples([*kept, *rows])
+
+    def truncate_samples(self, step: int) -> None:
+        """Keep only the evaluations up to ``step`` (as :meth:`truncate_metrics`, for a job resuming there)."""
+        if self.samples_path.exists():
+            self.write_samples([r for r in self.read_samples() if int(r.get("step", 0)) <= step])
+
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         """Validate and atomically write ``summary.json``.
 
@@ -374,6 +394,12 @@ class ReadOnlyFolder(RunFolder):
 
     def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
         return self.samples_path
+
+    def add_samples(self, rows: list[Mapping[str, Any]]) -> Path:
+        return self.samples_path
+
+    def truncate_samples(self, step: int) -> None:
+        pass
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:
         return self.summary_path

@@ -255,3 +255,17 @@ def test_to_python_scalars() -> None:
     nested = to_python({"a": [np.int32(1), torch.tensor([1.0, 2.0])], "b": np.array(2.0)})
     assert nested == {"a": [1, [1.0, 2.0]], "b": 2.0} and type(nested["b"]) is float
     OmegaConf.create(to_python({"x": np.float32(1.0), "y": np.int64(2)}))  # accepted
+
+
+def test_each_evaluation_adds_its_samples_and_a_resume_truncates_them(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    rows = lambda step, n: [{"step": step, "prompt": f"p{i}", "reward": float(step + i)} for i in range(n)]  # noqa: E731
+    folder.add_samples(rows(0, 2))
+    folder.add_samples(rows(20, 2))
+    folder.add_samples(rows(40, 3))
+    assert [r["step"] for r in folder.read_samples()] == [0, 0, 20, 20, 40, 40, 40]
+    folder.add_samples(rows(40, 1))  # the same evaluation written again: replaced, not doubled
+    assert [r["step"] for r in folder.read_samples()] == [0, 0, 20, 20, 40]
+    folder.truncate_samples(20)  # a job resuming from its checkpoint at step 20
+    assert [r["step"] for r in folder.read_samples()] == [0, 0, 20, 20]
+    assert folder.read_samples()[3] == {"step": 20, "prompt": "p1", "reward": 21.0}
