@@ -141,7 +141,7 @@ def train_and_evaluate(cfg: Config, folder, logger, state, extra: dict[str, Any]
         restore(trainer, reference, resume)
     train(trainer, resume, state, extra)
     release_training_state(trainer)
-    finish(cfg, trainer, callbacks[0], state, folder, logger)
+    finish(cfg, trainer, callbacks[0], state, logger)
     extra["sft_baseline_cache_hit"] = evaluator.baseline_cache_hit
     return reference
 
@@ -267,16 +267,15 @@ def release_training_state(trainer) -> int:
     return freed
 
 
-def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, folder, logger) -> None:
+def finish(cfg: Config, trainer, evaluation: cbs.EvaluationCallback, state, logger) -> None:
     """The final evaluation (unless the last step was just evaluated, or the job diverged), the last
-    evaluation's samples (each evaluation added its own to ``samples.jsonl``; W&B gets the last one's table), and
-    the trained policy when ``save_policy``."""
+    evaluation's samples as a W&B table (each evaluation added its own to ``samples.jsonl``), and the trained
+    policy when ``save_policy``."""
     state.steps = trainer.state.global_step
     last = state.last_eval
     if state.status == "finished" and (last is None or last.step != state.steps or not last.final):
         evaluation.evaluate(state.steps, final=True)
-    if state.last_eval is not None:
-        folder.add_samples(state.last_eval.samples)
+    if state.last_eval is not None:  # its samples are in samples.jsonl already: each evaluation adds its own
         logger.log_table("eval/samples", state.last_eval.samples)
     if cfg.save_policy:
         trainer.save_model(str(Path(cfg.out_dir) / "policy"))
