@@ -15,6 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import distributed
 from ablate.config import Config
+from ablate.models.loading import resolve_device
+from ablate.models.precision import native_bf16
 from ablate.pipeline import train_and_evaluate
 from ablate.ref_metrics import cost_metrics
 from ablate.tracking import checkpoint, resume, schema
@@ -227,6 +229,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     held for the job (``.lock``, :class:`ablate.tracking.run_dir.FolderLock`): a second process on it is refused."""
     cfg: Config = OmegaConf.to_object(raw)
     validate(cfg)
+    raw.model.precision = cfg.model.precision  # auto as settled on this machine: config.yaml says what ran
     out_dir = Path(cfg.out_dir)
     folder = run_folder(out_dir)
     held = folder.lock()  # a second process on this folder: one line, before anything loads
@@ -271,6 +274,7 @@ def job_extra(cfg: Config, resumed_from: int | None) -> dict[str, Any]:
         extra["resumed_from_step"] = resumed_from
     extra["provenance"] = provenance()
     extra["provenance"]["task"] = task_identity(cfg)
+    extra["provenance"]["bf16"] = native_bf16(resolve_device(cfg.model.device))[1]  # what model.precision=auto reads
     return extra
 
 

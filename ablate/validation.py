@@ -24,7 +24,9 @@ def validate(cfg: Config) -> None:
     )
     if cfg.model.name == "hf":
         require(bool(cfg.model.name_or_path), "model=hf needs model.name_or_path=<hub id or local folder>")
-    from ablate.models.loading import check_device
+    from ablate.models.loading import check_device, resolve_device
+    from ablate.models.precision import resolve
 
     check_device(cfg.model.device)
+    cfg.model.precision = resolve(cfg.model.precision, resolve_device(cfg.model.device))[0]  # auto, settled here
     check_processes(cfg)

@@ -58,7 +58,7 @@ BAD = [
     (["seed=abc"], "seed: 'abc' is not a valid Integer"),
     (["save_policy=maybe"], "save_policy: 'maybe' is not a valid bool (true or false)"),
     # string choices (a Literal each): every choice named
-    (["model.precision=fp16"], "model.precision must be one of bf16, fp32, got 'fp16'"),
+    (["model.precision=fp16"], "model.precision must be one of auto, bf16, fp32, got 'fp16'"),
     (["eval.precision=fp16"], "eval.precision must be one of bf16, fp32, got 'fp16'"),
     (["algo.loss_type=orpo"], "algo.loss_type must be one of sigmoid, ipo, hinge, simpo, got 'orpo'"),
     (["algo=grpo", "algo.kl_estimator=k4"], "algo.kl_estimator must be one of k1, k2, k3, got 'k4'"),

@@ -177,7 +177,7 @@ def test_each_schema_is_stored_under_its_name_default(group):
 
 # ------------------------------------------------------------------------------------------- string choices
 CHOICES = [
-    ("model.precision", C.Precision, []),
+    ("model.precision", C.ModelPrecision, []),
     ("eval.precision", C.Precision, []),
     ("eval.sampler", C.Sampler, []),
     ("algo.loss_type", C.DPOLoss, []),

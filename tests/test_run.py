@@ -6,7 +6,9 @@ import json
 import math
 
 import pytest
+import torch
 
+from ablate.models.precision import native_bf16, resolve
 from ablate.tracking.run_dir import SUMMARY_KEYS
 from tests.conftest import TINY_FAST, run_cli
 
@@ -14,7 +16,8 @@ from tests.conftest import TINY_FAST, run_cli
 @pytest.mark.slow
 def test_tiny_dpo_run_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
-    res = run_cli(*[a for a in TINY_FAST if a != "logger=none"], f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    args = [a for a in TINY_FAST if a != "logger=none"]
+    res = run_cli(*args, "model.precision=auto", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(SUMMARY_KEYS) <= set(summary)
@@ -40,7 +43,11 @@ def test_tiny_dpo_run_end_to_end(tmp_path):
     assert [r["step"] for r in samples] == [0] * 4 + [2] * 4 + [3] * 4  # every evaluation's, in order
     assert {"prompt", "policy_response", "sft_response", "policy_reward", "sft_reward", "kl_true"} <= set(samples[0])
     # the resolved config and a W&B offline run
-    assert "name: tiny" in (run_dir / "config.yaml").read_text()
+    config = (run_dir / "config.yaml").read_text()
+    assert "name: tiny" in config
+    # model.precision=auto as this machine settled it, and why
+    assert f"precision: {resolve('auto', torch.device('cpu'))[0]}\n" in config and "precision: auto" not in config
+    assert summary["provenance"]["bf16"] == native_bf16(torch.device("cpu"))[1]
     assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
 
 

@@ -9,6 +9,9 @@ from ablate.errors import ConfigError
 # The choices of each string setting. OmegaConf 2.3 refuses Literal annotations in structured configs
 # ("Unexpected type annotation"): the fields are typed str and __post_init__ checks them with require_choice.
 Precision = Literal["bf16", "fp32"]  # bf16: fp32 weights, bf16 autocast for compute (fast with avx512_bf16)
+# auto: bf16 where the device computes it natively (a GPU with bf16, a CPU with AVX-512 BF16 or AMX), else fp32;
+# settled when the job is validated, and config.yaml holds the choice made (ablate.models.precision.resolve)
+ModelPrecision = Literal["auto", "bf16", "fp32"]
 # sigmoid: the DPO paper's loss; simpo: SimPO (Meng et al. 2024), reference-free (ref=none only)
 DPOLoss = Literal["sigmoid", "ipo", "hinge", "simpo"]
 KLControl = Literal["fixed", "adaptive"]  # adaptive: Ziegler et al. 2019

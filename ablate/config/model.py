@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from ablate.config.checks import Precision, require, require_choice
+from ablate.config.checks import ModelPrecision, require, require_choice
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -39,12 +39,12 @@ class ModelConfig:
 
     name: str = MISSING  # smollm2 | tiny | hf
     name_or_path: str | None = None  # hf only: a hub id or a local folder
-    precision: str = "bf16"  # Precision
+    precision: str = "auto"  # ModelPrecision: auto is settled (bf16 | fp32) for this machine at validation
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
 
     def __post_init__(self) -> None:
-        require_choice("model.precision", self.precision, Precision)
+        require_choice("model.precision", self.precision, ModelPrecision)
         require(
             re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
             f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}",

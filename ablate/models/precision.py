@@ -13,6 +13,50 @@ def is_bf16(precision: str) -> bool:
     return precision == "bf16"
 
 
+def native_bf16(device: torch.device) -> tuple[bool, str]:
+    """Whether ``device`` computes bf16 natively, and what said so: a GPU that supports bf16 without emulation; a
+    CPU with AVX-512 BF16 or AMX (x86) or with the BF16 extension (Arm), as torch's own CPU checks report them.
+    Read from capability flags, not from a timing, so the same machine always gets the same answer."""
+    if device.type == "cuda":
+        if not torch.cuda.is_available():  # composed on a machine without the GPU it names: nothing to read
+            return False, "no CUDA device visible"
+        ok = torch.cuda.is_bf16_supported(including_emulation=False)
+        return ok, f"{torch.cuda.get_device_name(device)}: bf16 {'supported' if ok else 'not supported'}"
+    if device.type != "cpu":
+        return False, f"{device.type}: no bf16 check"
+    flags = cpu_bf16_flags()
+    if flags is None:
+        return False, f"torch {torch.__version__} does not say whether this CPU has bf16 instructions"
+    have = [name for name, ok in flags.items() if ok]
+    return bool(have), "CPU with " + (", ".join(have) if have else "no bf16 instructions (" + ", ".join(flags) + ")")
+
+
+def cpu_bf16_flags() -> dict[str, bool] | None:
+    """The CPU's bf16 instructions as torch reports them (its private checks, the only ones it has: the test
+    ``test_torch_still_reports_the_cpus_bf16_instructions`` holds torch to them); None where this torch lacks them."""
+    import platform
+
+    try:
+        if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
+            return {
+                "AVX-512 BF16": bool(torch.cpu._is_avx512_bf16_supported()),
+                "AMX": bool(torch.cpu._is_amx_tile_supported()),
+            }
+        return {"BF16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}  # Arm: the BF16 extension
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def resolve(precision: str, device: torch.device) -> tuple[str, str]:
+    """``model.precision`` as the job will run it, and why: ``auto`` is bf16 where :func:`native_bf16` says so,
+    else fp32 (on a CPU without bf16 instructions a bf16 matmul is many times slower than fp32); bf16 and fp32
+    stay as asked."""
+    if precision != "auto":
+        return precision, "asked for"
+    native, why = native_bf16(device)
+    return ("bf16" if native else "fp32"), f"auto: {why}"
+
+
 SLOW_BF16 = 5.0  # bf16 matmuls this many times slower than fp32: the CPU has no bf16 instructions (warned of)
 
 

@@ -230,7 +230,7 @@ JOB_KEYS: dict[str, str] = {
     "seed": "the run's seed",
     "reason": "why the run stopped early or failed (absent when it finished)",
     "resumed_from_step": "the step a resumed job continued from (absent when it never resumed)",
-    "provenance": "the code (git commit, +dirty with uncommitted changes), library versions, hardware and world size",
+    "provenance": "the code (git commit, +dirty with uncommitted changes), library versions, hardware, world size, and `bf16`: whether the device computes bf16 natively (what `model.precision=auto` read)",
     "nan_reasons": "summary key -> why its value is NaN (null in JSON), for every figure that could not be computed",
     "data": "task=dataset: the data's path, sha256 and content fingerprint, the split rule, the split sizes (prompts "
     "per split, training pairs) and the rows dropped by rule, with their reasons (ablate.tasks.dataset)",
