@@ -68,7 +68,7 @@ def build_pieces(cfg) -> Pieces:
 def throughput(policy, pieces: Pieces, cfg, batch, dpo_step_s: float, matmul_n: int) -> dict:
     """DPO training's matmul throughput against the machine's ceiling, and sampling side by side
     (:mod:`ablate.bench.sampling`) against the bounds that apply to decoding."""
-    from ablate.bench.sampling import sampling_side_by_side
+    from ablate.bench.sampling import kept_logits_side_by_side, sampling_side_by_side
     from ablate.bench.timing import matmul_ceiling, matmul_params
 
     n = matmul_params(policy)
@@ -92,6 +92,10 @@ def throughput(policy, pieces: Pieces, cfg, batch, dpo_step_s: float, matmul_n: 
         "train_fraction_bf16": flops / dpo_step_s / bf16,
         "train_fraction_fp32": flops / dpo_step_s / fp32,
         **{f"sample_{k}": v for k, v in sampling.items()},
+        **{
+            f"sample_kept_{k}": v
+            for k, v in kept_logits_side_by_side(policy, pieces.tokenizer, pieces.prompts, cfg).items()
+        },
     }
 
 

@@ -39,6 +39,15 @@ def sampling_lines(tp: dict) -> list[str]:
             f"{_f(g('batch_size') / g('bound_memory_s'), '{:.0f}')} | {g('bound_bound')} | "
             f"**{_f(g('fraction_of_bound') * 100, '{:.1f}')}%** |"
         )
+    if "sample_kept_kept_over_forward" in tp:
+        lines += [
+            "",
+            "The evaluation's policy side, sampling then the policy's logits for the KL audit: with the sampler's "
+            f"kept logits ({_f(tp['sample_kept_kept_rows'], '{:.0f}')} rows a generate call, no policy forward) "
+            f"{_f(tp['sample_kept_kept_s'], '{:.1f}')} s, with a policy forward per audit chunk "
+            f"({_f(tp['sample_kept_forward_rows'], '{:.0f}')} rows a call) {_f(tp['sample_kept_forward_s'], '{:.1f}')} "
+            f"s: **{_f(tp['sample_kept_kept_over_forward'], '{:.2f}')}x** (fp32 evaluations keep them).",
+        ]
     return lines
 
 

@@ -97,3 +97,60 @@ def sampling_side_by_side(policy, tokenizer, prompts, cfg, *, matmul_params: int
         if name != "baseline":
             out[f"{name}_over_baseline"] = out[f"{name}_tokens_per_s"] / out["baseline_tokens_per_s"]
     return out
+
+
+def kept_logits_side_by_side(policy, tokenizer, prompts, cfg, repeats: int = 2) -> dict:
+    """What the evaluation's policy side costs with the sampler's kept logits (fewer rows per generate call, then
+    :meth:`~ablate.models.sampling.SampledBatch.policy_logits` per audit chunk) against without (the rows the
+    budget gives, then a policy forward per audit chunk), on the evaluation's prompts, interleaved, best of
+    ``repeats``; the figures of ``Evaluator.keeps_scores``. Seconds each, rows each, and their ratio."""
+    from ablate.models.logprobs import next_token_logits
+    from ablate.models.sampling import iter_sample, sampling_rows
+
+    prompts = prompts[: cfg.eval.n_prompts]
+    device = next(policy.parameters()).device
+    k = cfg.eval.samples_per_prompt
+
+    def rows(keep: bool) -> int:
+        return cfg.eval.sample_batch_size or sampling_rows(
+            policy.config,
+            tokenizer,
+            prompts,
+            n_per_prompt=k,
+            max_new_tokens=cfg.task.max_new_tokens,
+            precision=cfg.eval.precision,
+            device=device,
+            keep_scores=keep,
+        )
+
+    def run(keep: bool) -> float:
+        t0 = time.perf_counter()
+        for sampled in iter_sample(
+            policy,
+            tokenizer,
+            prompts,
+            max_new_tokens=cfg.task.max_new_tokens,
+            temperature=1.0,
+            batch_size=rows(keep),
+            seed=0,
+            precision=cfg.eval.precision,
+            n_per_prompt=k,
+            max_sentences=cfg.task.max_sentences,
+            keep_scores=keep,
+        ):
+            for chunk in sampled.chunks(cfg.eval.batch_size):
+                with torch.no_grad():
+                    chunk.policy_logits() if keep else next_token_logits(policy, chunk.batch)
+        return time.perf_counter() - t0
+
+    best = {True: float("inf"), False: float("inf")}
+    for _ in range(repeats):
+        for keep in (False, True):
+            best[keep] = min(best[keep], run(keep))
+    return {
+        "forward_rows": rows(False),
+        "kept_rows": rows(True),
+        "forward_s": best[False],
+        "kept_s": best[True],
+        "kept_over_forward": best[True] / best[False],
+    }

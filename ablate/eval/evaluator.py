@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from ablate.eval.metrics import rows_of
 from ablate.eval.response_audit import Audit
 from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
-from ablate.models.sampling import SampledBatch, sample, sampling_rows
+from ablate.models.sampling import SampledBatch, iter_sample, sampling_rows
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
 
@@ -65,7 +66,7 @@ class _PhaseClock:
         self._t = now
 
     def __str__(self) -> str:
-        return ", ".join(f"{name} {s:.0f} s" for name, s in self.laps)
+        return ", ".join(f"{name} {s:.0f} s" for name, s in self.seconds().items())
 
     def seconds(self) -> dict[str, float]:
         """Seconds by phase (a phase timed twice: its sum)."""
@@ -141,8 +142,9 @@ class Evaluator:
         k = self.cfg.samples_per_prompt
         return k if final else (self.cfg.interim_samples_per_prompt or k)
 
-    def rows(self, k: int) -> int:
-        """Rows per generate call with ``k`` samples per prompt (the audit scores eval.batch_size at a time)."""
+    def rows(self, k: int, keep_scores: bool = False) -> int:
+        """Rows per generate call with ``k`` samples per prompt (the audit scores eval.batch_size at a time); with
+        ``keep_scores``, fewer: each row also keeps its logits (:meth:`keeps_scores`)."""
         return self.cfg.sample_batch_size or sampling_rows(
             self.judge.config,
             self.tok,
@@ -151,21 +153,36 @@ class Evaluator:
             max_new_tokens=self.task.max_new_tokens,
             precision=self.precision,
             device=self.device,
+            keep_scores=keep_scores,
         )
 
+    def keeps_scores(self) -> bool:
+        """Whether the policy's sampler keeps its logits for the KL audit, which then runs no forward of the policy
+        (:meth:`SampledBatch.policy_logits`): in fp32, where a KV-cached decode and a forward agree to float
+        rounding (SmolLM2, 8 responses of up to 64 tokens: logits within 9.0e-5, a
+        sampled token's log-prob within 2.3e-5 and a response's within 6.7e-5 nats, a per-token KL of at most 5.9e-11
+        between the two; a test bounds them on the tiny model), with the coupled sampler (which hands each batch over as it is drawn, so its logits are audited and
+        dropped a generate call at a time). In bf16 the two differ by up to 0.0066 nats per token: the forward runs.
+        In fp32 the rows of a generate call do not change the samples, so the sampler takes fewer of them to make
+        room for the logits."""
+        return self.precision == "fp32" and self.cfg.sampler == "coupled"
+
     # ------------------------------------------------------------------------------------ sampling
-    def _sample(self, model, desc: str, k: int, seed: int | None = None) -> list[SampledBatch]:
+    def _sample(
+        self, model, desc: str, k: int, seed: int | None = None, keep_scores: bool = False
+    ) -> Iterator[SampledBatch]:
         """``k`` responses per prompt (prompt-major), sampled with ``eval.sampler`` in ``eval.precision``,
         :meth:`rows` at a time, outside Accelerate's per-call autocast wrapper; every model is sampled with the
-        same seed, keys (prompt i, sample j) and rows, so they are coupled. Only this process's :attr:`shard`."""
+        same seed and keys (prompt i, sample j), so they are coupled. Only this process's :attr:`shard`. A generate
+        call's batch at a time (:func:`ablate.models.sampling.iter_sample`), with its logits if ``keep_scores``."""
         with unwrapped_forward(model):
-            return sample(
+            yield from iter_sample(
                 model,
                 self.tok,
                 [self.prompts[i] for i in self.shard],
                 max_new_tokens=self.task.max_new_tokens,
                 temperature=self.task.temperature,
-                batch_size=self.rows(k),
+                batch_size=self.rows(k, keep_scores),
                 seed=self.seed if seed is None else seed,
                 precision=self.precision,
                 n_per_prompt=k,
@@ -173,12 +190,13 @@ class Evaluator:
                 sampler=self.cfg.sampler,
                 max_sentences=self.task.max_sentences,
                 prompt_ids=list(self.shard),
+                keep_scores=keep_scores,
             )
 
     def _sample_baseline(self, k: int, seed: int) -> dict:
         """The SFT model's ``k`` responses per prompt drawn with ``seed``, their gold rewards and unsafe probabilities
         (each process its shard's, gathered)."""
-        batches = self._sample(self.judge, "eval: SFT baseline", k, seed)
+        batches = list(self._sample(self.judge, "eval: SFT baseline", k, seed))
         baseline = distributed.gather_rows(self._scored([t for b in batches for t in b.texts], k))
         # the token batches (this process's shard): a policy equal to the SFT model draws exactly these
         return {**baseline, "batches": batches if distributed.world_size() == 1 else None}
@@ -195,12 +213,15 @@ class Evaluator:
             p.dtype == theirs[n].dtype and torch.equal(p, theirs[n]) for n, p in mine.items()
         )
 
-    def _policy_samples(self, model, step: int, k: int) -> list[SampledBatch]:
+    def _policy_samples(self, model, step: int, k: int) -> Iterable[SampledBatch]:
         """The evaluated model's ``k`` samples per prompt: the SFT baseline's own token batches when it is the judge
-        (the same seed, keys and rows; kept by single-process jobs, cached with the baseline), else drawn now."""
+        (the same seed, keys and rows; kept by single-process jobs, cached with the baseline), else drawn now, a
+        generate call at a time, with their logits where :meth:`keeps_scores`."""
         mine = model is self.judge and distributed.world_size() == 1  # a shard's are not the cached (rank 0's)
         batches = self.sft_baseline(k).get("batches") if mine else None
-        return batches if batches is not None else self._sample(model, f"eval@{step}: sampling", k)
+        if batches is not None:
+            return batches
+        return self._sample(model, f"eval@{step}: sampling", k, keep_scores=self.keeps_scores())
 
     def _scored(self, texts: list[str], k: int) -> dict[str, list]:
         """This shard's responses (``k`` per prompt, prompt-major) with their gold rewards and unsafe probabilities
@@ -302,7 +323,7 @@ class Evaluator:
         batch = sb.batch.to(self.device)
         mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
         with torch.no_grad(), autocast(self.device, self.precision):
-            pol = self._policy_scores(policy, batch)
+            pol = sb.policy_logits() if sb.scores is not None else self._policy_scores(policy, batch)
             judge = pol if policy is self.judge else next_token_logits(self.judge, batch)
             stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch)
             from_stand_in = stand_in is not None and reference.logprobs_match_distribution
@@ -363,16 +384,18 @@ class Evaluator:
         # samples are the SFT baseline's (no second draw) and the audit runs one model for both
         model = self.judge if step == 0 and self.is_sft(policy) else policy
         try:
-            for sampled in self._policy_samples(model, step, k):
-                for c in sampled.chunks(self.cfg.batch_size):  # the audit holds [rows, T, V] logits three times
-                    order += [len(texts) + i for i in c.index]
-                    chunks.append(c)
+            for sampled in self._policy_samples(model, step, k):  # each generate call's batch audited as it comes
+                clock.lap("sampling")
+                mine = sampled.chunks(self.cfg.batch_size)  # the audit holds [rows, T, V] logits three times
+                for sb in tqdm(mine, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
+                    self._audit_batch(model, reference, sb, audit)
+                    sb.scores = None
+                sampled.scores = None  # the kept logits go with the last chunk that read them
+                order += [len(texts) + i for c in mine for i in c.index]
+                chunks += mine
                 texts += sampled.texts
-            clock.lap("sampling")
-            for sb in tqdm(chunks, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
-                self._audit_batch(model, reference, sb, audit)
+                clock.lap("KL audit")
             audit.reorder(order)  # chunks run shortest first: back to the samples' order
-            clock.lap("KL audit")
             ppl = self.perplexity(model)
             clock.lap("perplexity")
             fidelity = self._fidelity(policy, reference, chunks, step, final, audit, trainer)

@@ -24,11 +24,16 @@ def kv_bytes_per_position(config, dtype: torch.dtype) -> int:
     return 2 * config.num_hidden_layers * heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
-def bytes_per_row(config, *, prompt_width: int, max_new_tokens: int, dtype: torch.dtype) -> int:
+def bytes_per_row(
+    config, *, prompt_width: int, max_new_tokens: int, dtype: torch.dtype, keep_scores: bool = False
+) -> int:
     """Estimated bytes one sampled row needs: its KV cache at full length, the decode step's score vectors, and
-    the prefill's activations and attention scores for its prompt (whichever of the two phases is larger)."""
+    the prefill's activations and attention scores for its prompt (whichever of the two phases is larger); with
+    ``keep_scores``, its kept float32 logits at every step (:class:`ablate.models.sampling.ScoreKeeper`)."""
     width = prompt_width + max_new_tokens
     kv = kv_bytes_per_position(config, dtype) * width
+    if keep_scores:
+        kv += max_new_tokens * config.vocab_size * 4
     decode = _SCORE_COPIES * config.vocab_size * 4
     intermediate = getattr(config, "intermediate_size", 4 * config.hidden_size)
     prefill = prompt_width * (_PREFILL_WIDTHS * config.hidden_size + 3 * intermediate) * 4
@@ -42,8 +47,19 @@ def budget_bytes(device: torch.device) -> int:
     return (CUDA_BUDGET_MIB if device.type == "cuda" else CPU_BUDGET_MIB) * 2**20
 
 
-def rows_that_fit(config, *, n: int, prompt_width: int, max_new_tokens: int, dtype: torch.dtype, budget: int) -> int:
+def rows_that_fit(
+    config,
+    *,
+    n: int,
+    prompt_width: int,
+    max_new_tokens: int,
+    dtype: torch.dtype,
+    budget: int,
+    keep_scores: bool = False,
+) -> int:
     """Rows per generate call: as many of the ``n`` sequences as :func:`bytes_per_row` fits in ``budget`` (at
     least 1)."""
-    per_row = bytes_per_row(config, prompt_width=prompt_width, max_new_tokens=max_new_tokens, dtype=dtype)
+    per_row = bytes_per_row(
+        config, prompt_width=prompt_width, max_new_tokens=max_new_tokens, dtype=dtype, keep_scores=keep_scores
+    )
     return max(1, min(n, budget // per_row))

@@ -21,6 +21,7 @@ A response ends at its first EOS, at ``max_new_tokens``, or where the task's sto
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +44,27 @@ class SampledBatch:
     batch: TokenBatch  # prompt (left-padded) + response; completion_mask covers the response (to its EOS or the cut)
     lengths: list[int]  # response tokens, EOS included
     truncated: list[bool]  # the response reached max_new_tokens without an EOS or the stop rule's end
-    index: list[int] | None = None  # a chunk's rows' places in the batch it came from (:meth:`chunks`)
+    index: list[int] | None = None  # a chunk's rows' places in the generate call's batch (:meth:`chunks`)
+    # kept with ``sample(keep_scores=True)``: the sampler's own float32 next-token logits at each generated step,
+    # [rows of the generate call, steps, V], shared by a batch and its chunks (:meth:`policy_logits` reads them)
+    scores: torch.Tensor | None = None
+    prompt_width: int = 0  # the generate call's (left-padded) prompt width: step s scored the token at column P + s
+    offset: int = 0  # the first column of the generate call's batch this batch holds (a chunk trims columns)
+
+    def policy_logits(self) -> torch.Tensor:
+        """[rows, T-1, V] float32 next-token logits of the model that sampled this batch, laid out as
+        :func:`ablate.models.logprobs.next_token_logits` lays out a forward's, read off the sampler's kept
+        :attr:`scores` instead of a forward: exact at the response positions (the only ones an audit reads), 0 at
+        the prompt's. The sampler decoded with a KV cache, a forward scores all positions at once: the two differ by
+        float rounding only (a test bounds it)."""
+        if self.scores is None:
+            raise ValueError("this batch was sampled without keep_scores: its logits were not kept")
+        rows = list(range(self.scores.shape[0])) if self.index is None else self.index
+        n, width = self.batch.input_ids.shape
+        first = self.prompt_width - 1 - self.offset  # the next-token position that scored the first response token
+        out = self.scores.new_zeros(n, width - 1, self.scores.shape[-1])
+        out[:, first:] = self.scores[rows, : width - 1 - first]
+        return out
 
     def chunks(self, rows: int) -> list[SampledBatch]:
         """This batch as batches of at most ``rows`` rows for scoring: shortest first (tokens in use), each trimmed to
@@ -66,7 +87,10 @@ class SampledBatch:
                     part,
                     [self.lengths[i] for i in idx],
                     [self.truncated[i] for i in idx],
-                    idx,
+                    idx if self.index is None else [self.index[i] for i in idx],
+                    self.scores,
+                    self.prompt_width,
+                    self.offset + lo,
                 )
             )
         return out
@@ -85,9 +109,11 @@ def sampling_rows(
     max_new_tokens: int,
     precision: str,
     device: torch.device,
+    keep_scores: bool = False,
 ) -> int:
     """Rows per generate call when the caller does not fix them: as many of the ``len(prompts) * n_per_prompt``
-    sequences as fit :func:`ablate.models.batching.budget_bytes` at the longest chat prompt's width."""
+    sequences as fit :func:`ablate.models.batching.budget_bytes` at the longest chat prompt's width (with
+    ``keep_scores``, each row's kept logits too)."""
     widths = [
         len(ids) for ids in tokenizer(chat_prompt_texts(tokenizer, prompts), add_special_tokens=False)["input_ids"]
     ]
@@ -98,6 +124,7 @@ def sampling_rows(
         max_new_tokens=max_new_tokens,
         dtype=torch.bfloat16 if is_bf16(precision) else torch.float32,
         budget=batching.budget_bytes(device),
+        keep_scores=keep_scores,
     )
 
 
@@ -134,6 +161,17 @@ def _rng_scope(sampler: str, seed: int, device: torch.device):
     return forked()
 
 
+@contextlib.contextmanager
+def _paused(model, was_training: bool):
+    """While a caller works on a yielded batch, the model is in the mode it was given in (a caller may train or
+    evaluate it in between); sampling resumes in eval mode."""
+    model.train(was_training)
+    try:
+        yield
+    finally:
+        model.eval()
+
+
 def _stop_rule_mask(resp: torch.Tensor, mask: torch.Tensor, tokenizer, max_sentences: int) -> torch.Tensor:
     """``mask`` (1 up to the first EOS) with each row also ended where the stop rule cuts it."""
     mask = mask.clone()
@@ -142,6 +180,29 @@ def _stop_rule_mask(resp: torch.Tensor, mask: torch.Tensor, tokenizer, max_sente
         n = int(mask[i].sum())  # response tokens, the EOS included if there is one
         mask[i, len(cut_completion(tokenizer, row[:n], eos, max_sentences)) :] = 0
     return mask
+
+
+class ScoreKeeper:
+    """A logits processor that keeps each decode step's scores as it receives them (the model's float32
+    next-token logits: placed before the sampler's own processor, and after ``generate``'s, of which greedy and
+    untruncated sampling at temperature 1 have none) in one [rows, max_new_tokens, V] tensor allocated at the
+    first step, and passes them on unchanged."""
+
+    def __init__(self, max_new_tokens: int):
+        self.max_new_tokens = max_new_tokens
+        self.scores: torch.Tensor | None = None
+        self.steps = 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.scores is None:
+            self.scores = scores.new_empty(scores.shape[0], self.max_new_tokens, scores.shape[-1], dtype=torch.float32)
+        self.scores[:, self.steps] = scores
+        self.steps += 1
+        return scores
+
+    def kept(self) -> torch.Tensor | None:
+        """The steps taken (a view: generate stops early when every row has ended)."""
+        return None if self.scores is None else self.scores[:, : self.steps]
 
 
 def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer, max_sentences: int | None) -> SampledBatch:
@@ -162,11 +223,17 @@ def _assemble(chunk: list[str], enc, seqs: torch.Tensor, tokenizer, max_sentence
         TokenBatch(seqs, attention, completion),
         resp_mask.sum(1).tolist(),
         (resp_mask.sum(1) == resp.shape[1]).logical_and(~(resp == eos_id).any(1)).tolist(),
+        prompt_width=prompt_len,
     )
 
 
+def sample(model, tokenizer, prompts: list[str], **kw) -> list[SampledBatch]:
+    """:func:`iter_sample`'s batches as a list (see it for the arguments)."""
+    return list(iter_sample(model, tokenizer, prompts, **kw))
+
+
 @torch.no_grad()
-def sample(
+def iter_sample(
     model,
     tokenizer,
     prompts: list[str],
@@ -181,13 +248,20 @@ def sample(
     sampler: str = "coupled",
     prompt_ids: list[int] | None = None,
     max_sentences: int | None = None,
-) -> list[SampledBatch]:
-    """Sample ``n_per_prompt`` responses per prompt. Deterministic for a seed; leaves the global RNG alone.
+    keep_scores: bool = False,
+) -> Iterator[SampledBatch]:
+    """Sample ``n_per_prompt`` responses per prompt, a generate call's batch at a time. Deterministic for a seed;
+    leaves the global RNG alone (also between the batches it yields).
 
     With ``sampler="coupled"`` the response to prompt ``i``, sample ``j`` is keyed by (seed, ``prompt_ids[i]``,
     ``j``) (``prompt_ids`` defaults to 0..len(prompts)-1): the same key gives the same response at any batch size.
     ``batch_size``: rows per generate call; None: as many as fit in memory (:func:`sampling_rows`).
-    ``max_sentences``: the task's stop rule (a response ends after that many sentences); None: no rule."""
+    ``max_sentences``: the task's stop rule (a response ends after that many sentences); None: no rule.
+    The coupled sampler hands each batch over as it is drawn (a caller may score it before the next is drawn); the
+    multinomial one after the last, since its draws come from the global RNG.
+    ``keep_scores``: each batch keeps the sampler's own next-token logits (:attr:`SampledBatch.scores`, rows x
+    max_new_tokens x V float32 per generate call: :func:`sampling_rows` counts them), so a caller that scores the
+    samples with the same model need not run it again (:meth:`SampledBatch.policy_logits`)."""
     from transformers import LogitsProcessorList
 
     if sampler not in SAMPLERS:
@@ -206,27 +280,43 @@ def sample(
             max_new_tokens=max_new_tokens,
             precision=precision,
             device=device,
+            keep_scores=keep_scores,
         )
     expanded = [p for p in prompts for _ in range(n_per_prompt)]
     keys = [(i, j) for i in ids for j in range(n_per_prompt)]
+
+    def draw(start: int) -> SampledBatch:
+        chunk = expanded[start : start + batch_size]
+        enc = tokenizer(
+            chat_prompt_texts(tokenizer, chunk), return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(device)
+        processors = LogitsProcessorList()
+        keeper = ScoreKeeper(max_new_tokens) if keep_scores else None
+        if keeper is not None:
+            processors.append(keeper)  # first: the logits as the model gave them
+        if sampler == "coupled":
+            width = enc["input_ids"].shape[1]
+            processors.append(CoupledGumbel(seed, keys[start : start + batch_size], width, temperature))
+        with autocast(device, precision):
+            seqs = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)
+        sampled = _assemble(chunk, enc, seqs, tokenizer, max_sentences)
+        sampled.scores = None if keeper is None else keeper.kept()
+        return sampled
+
     was_training = model.training
+    starts = tqdm(
+        range(0, len(expanded), batch_size), desc=desc or "sampling", unit="batch", leave=False, disable=desc is None
+    )
     model.eval()
-    out: list[SampledBatch] = []
     try:
-        with _rng_scope(sampler, seed, device):
-            starts = range(0, len(expanded), batch_size)
-            for start in tqdm(starts, desc=desc or "sampling", unit="batch", leave=False, disable=desc is None):
-                chunk = expanded[start : start + batch_size]
-                enc = tokenizer(
-                    chat_prompt_texts(tokenizer, chunk), return_tensors="pt", padding=True, add_special_tokens=False
-                ).to(device)
-                processors = LogitsProcessorList()
-                if sampler == "coupled":
-                    width = enc["input_ids"].shape[1]
-                    processors.append(CoupledGumbel(seed, keys[start : start + batch_size], width, temperature))
-                with autocast(device, precision):
-                    seqs = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)
-                out.append(_assemble(chunk, enc, seqs, tokenizer, max_sentences))
+        if sampler == "coupled":  # no RNG: each batch is handed over as soon as it is drawn
+            for start in starts:
+                sampled = draw(start)
+                with _paused(model, was_training):
+                    yield sampled
+            return
+        with _rng_scope(sampler, seed, device):  # the seeded global RNG is the sampler's until every batch is drawn
+            batches = [draw(start) for start in starts]
     finally:
         model.train(was_training)
-    return out
+    yield from batches

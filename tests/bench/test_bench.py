@@ -53,8 +53,10 @@ def test_bench_on_tiny(tmp_path):
         "GFLOP/s",
         "| own MiB |",
         "evaluation's sampler",
+        "with the sampler's kept logits",
     ):
         assert needle in md, needle
+    assert "n/a" not in next(ln for ln in md.splitlines() if "with the sampler's kept logits" in ln)
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ("met" in ln or "missed" in ln)]
     assert len(rows) >= 6
 

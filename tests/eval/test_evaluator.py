@@ -48,10 +48,17 @@ def test_at_step_0_a_policy_equal_to_the_sft_model_is_evaluated_through_the_judg
     baseline_draws = len(judge_calls)
     at_1 = evaluator.evaluate(policy, reference, step=1)  # the same weights, evaluated as the policy
     assert policy_calls and len(judge_calls) > baseline_draws
-    assert at_0.samples == [{**r, "step": 0} for r in at_1.samples]
+    # every figure the same; the KL figures to float rounding: at step 1 the policy's logits are its sampler's (a
+    # KV-cached decode), the judge's a forward's (Evaluator.keeps_scores)
+    kl = {"kl_true", "kl_k1", "kl_k3", "kl_approx", "sft_nll"}
+    drop = lambda r: {c: v for c, v in r.items() if c not in kl}  # noqa: E731
+    assert [drop(r) for r in at_0.samples] == [drop({**r, "step": 0}) for r in at_1.samples]
+    for c in kl:
+        assert [r[c] for r in at_0.samples] == pytest.approx([r[c] for r in at_1.samples], rel=1e-6, abs=1e-6)
     same = lambda a, b: a == b or (math.isnan(a) and math.isnan(b))  # noqa: E731
     assert all(same(at_0.metrics[k], at_1.metrics[k]) for k in at_1.metrics if not k.startswith("kl/")) and all(
-        same(at_0.metrics[k], at_1.metrics[k]) for k in ("kl/true", "kl/approx", "kl/true_k1", "kl/true_k3")
+        at_0.metrics[k] == pytest.approx(at_1.metrics[k], abs=1e-6)
+        for k in ("kl/true", "kl/approx", "kl/true_k1", "kl/true_k3")
     )
     with torch.no_grad():
         next(policy.parameters()).view(-1)[0] += 1e-3
@@ -127,7 +134,7 @@ def test_the_audit_runs_each_model_once_per_chunk_and_full_not_at_all(evaluator,
     assert m_own.keys() == m_reader.keys()
     assert all(m_own[k] == m_reader[k] or (math.isnan(m_own[k]) and math.isnan(m_reader[k])) for k in m_own)
     # the log-probs read off the distribution are the fused head's, to its float32 precision
-    batch = evaluator._sample(policy, "test", 1, 0)[0].batch
+    batch = next(evaluator._sample(policy, "test", 1, 0)).batch
     fused = own.logprobs(batch, AUDIT, "fp32")
     mask = batch.target_mask
     from ablate.eval.kl import token_logprobs
@@ -143,7 +150,7 @@ def test_each_samples_kl_is_its_own_though_the_audit_runs_shortest_first(evaluat
 
     policy = _moved(tiny_source)
     res = evaluator.evaluate(policy, FullReference(FullRefConfig(), ref_ctx), step=5)
-    batches = evaluator._sample(policy, "test", 1)
+    batches = list(evaluator._sample(policy, "test", 1))
     texts = [t for b in batches for t in b.texts]
     assert [r["policy_response"] for r in res.samples] == texts
     lengths = [n for b in batches for n in b.batch.attention_mask.sum(1).tolist()]
@@ -303,3 +310,27 @@ def test_samples_per_prompt_final_and_interim(tiny_source, tokenizer, ref_ctx):
     for res in (interim, final):
         assert res.metrics["eval/reward_delta"] == 0.0  # (the win rate is against independent samples)
     assert len(ev.sft_baseline(3)["texts"]) == 18 and ev.sft_baseline(1)["texts"] == ev.sft_baseline(3)["texts"][::3]
+
+
+def test_in_fp32_the_audit_reads_the_policys_logits_off_its_sampler(evaluator, tiny_source, ref_ctx, monkeypatch):
+    """With the sampler's kept logits the KL audit runs no forward of the policy (one fewer per chunk: counted as
+    the forwards without a KV cache, which generate does not make), and every figure is the forward's to float
+    rounding."""
+    policy = _moved(tiny_source)
+    ref = FullReference(FullRefConfig(), ref_ctx)
+    assert evaluator.keeps_scores()  # fp32, coupled: the defaults
+    full_forwards: list = []
+    policy.register_forward_pre_hook(
+        lambda _m, _a, kw: full_forwards.append(1) if kw.get("use_cache") is False else None, with_kwargs=True
+    )
+    kept = evaluator.evaluate(policy, ref, step=5)
+    with_kept = len(full_forwards)
+    monkeypatch.setattr(evaluator, "keeps_scores", lambda: False)
+    ran = evaluator.evaluate(policy, ref, step=5)
+    chunks = len(full_forwards) - 2 * with_kept
+    assert chunks >= math.ceil(len(evaluator.prompts) / evaluator.cfg.batch_size)
+    assert [r["policy_response"] for r in kept.samples] == [r["policy_response"] for r in ran.samples]
+    for col in ("kl_true", "kl_k1", "kl_k3", "kl_approx", "sft_nll"):
+        assert [r[col] for r in kept.samples] == pytest.approx([r[col] for r in ran.samples], rel=1e-6, abs=1e-9)
+    for key, value in ran.metrics.items():
+        assert kept.metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-9, nan_ok=True), key

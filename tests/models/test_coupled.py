@@ -272,9 +272,9 @@ def test_step_0_policy_responses_equal_the_sft_baseline_token_for_token(tiny_sou
     ev = tiny_evaluator(tiny_source, tokenizer, n_heldout=2)
     drawn, sample_as_it_does = [], ev._sample
 
-    def recorded(m, desc, k, seed=None):
-        drawn.append((m, sample_as_it_does(m, desc, k, seed)))
-        return drawn[-1][1]
+    def recorded(m, desc, k, seed=None, **kw):
+        drawn.append((m, list(sample_as_it_does(m, desc, k, seed, **kw))))
+        return iter(drawn[-1][1])
 
     monkeypatch.setattr(ev, "_sample", recorded)
     policy = load_model(tiny_source, torch.device("cpu"))  # the step-0 policy: the SFT model
