@@ -43,7 +43,8 @@ class EvalConfig:
     interval: int = 20  # evaluate every N optimiser steps (0: only before and after training)
     at_start: bool = True  # evaluate at step 0: the regime's pure approximation error
     batch_size: int = 8  # rows per scoring forward (the audit holds three [rows, length, vocabulary] fp32 logits)
-    sample_batch_size: int | None = None  # rows per generate call; None: as many as fit (ablate.models.batching)
+    # rows per generate call; None: as many as fit (ablate.models.batching; in fp32 a row also keeps its logits there)
+    sample_batch_size: int | None = None
     # sampling seed; None: 1234 + 1000 * seed (ablate.eval.evaluator.sampling_seed), each run seed its own noise
     seed: int | None = None
     precision: str = "fp32"  # Precision of sampling and scoring: the samples come from the model whose KL is scored
