@@ -32,9 +32,14 @@ _SERIES = 1e-5
 
 
 def _exp_excess(n: Tensor) -> Tensor:
-    """``exp(n) - 1 - n`` (>= 0) for ``n <= _EXP_SAFE``: its series near 0, ``expm1(n) - n`` elsewhere."""
-    series = n * n * (0.5 + n * (1.0 / 6.0 + n / 24.0))
-    return torch.where(n.abs() < _SERIES, series, torch.expm1(n) - n)
+    """``exp(n) - 1 - n`` (>= 0) for ``n <= _EXP_SAFE``: its series near 0, ``expm1(n) - n`` elsewhere (the series
+    computed for those entries alone: most are not near 0)."""
+    out = torch.expm1(n) - n
+    small = n.abs() < _SERIES
+    if bool(small.any()):
+        m = n[small]
+        out[small] = m * m * (0.5 + m * (1.0 / 6.0 + m / 24.0))
+    return out
 
 
 def kl_from_scores(x: Tensor, y: Tensor) -> Tensor:
@@ -52,11 +57,15 @@ def kl_from_scores(x: Tensor, y: Tensor) -> Tensor:
     x, y = x.double(), y.double()
     lp = x.log_softmax(-1)
     p = lp.exp()
-    support = lp > -math.inf  # p > 0 in exact arithmetic, even where exp(lp) underflows
-    no_q = support & torch.isneginf(y)
-    d = torch.where(support & ~no_q, x - y, 0.0)
-    n = torch.where(support, (p * d).sum(-1, keepdim=True) - d, 0.0)  # -e
-    del d
+    if bool(torch.isfinite(lp).all()) and bool(torch.isfinite(y).all()):  # logits: every token has mass, no masks
+        n = x - y
+        n = (p * n).sum(-1, keepdim=True) - n
+        return _kl_terms(lp, p, n)
+    return _kl_masked(x, y, lp, p)
+
+
+def _kl_terms(lp: Tensor, p: Tensor, n: Tensor) -> Tensor:
+    """``log1p(E_p[exp(n) - 1 - n])`` per row (:func:`kl_from_scores`), from ``-e`` = ``n``."""
     hi = n > _EXP_SAFE
     if bool(hi.any()):
         terms = torch.where(hi, (lp + n).exp() - p * (1.0 + n), p * _exp_excess(torch.where(hi, 0.0, n)))
@@ -66,6 +75,17 @@ def kl_from_scores(x: Tensor, y: Tensor) -> Tensor:
     kl = torch.log1p(total)
     if bool(torch.isinf(total).any()):
         kl = torch.where(torch.isinf(total), (lp + n).logsumexp(-1) - (p * n).sum(-1), kl)
+    return kl
+
+
+def _kl_masked(x: Tensor, y: Tensor, lp: Tensor, p: Tensor) -> Tensor:
+    """:func:`kl_from_scores` where some score is not finite: tokens without mass under either, NaN."""
+    support = lp > -math.inf  # p > 0 in exact arithmetic, even where exp(lp) underflows
+    no_q = support & torch.isneginf(y)
+    d = torch.where(support & ~no_q, x - y, 0.0)
+    n = torch.where(support, (p * d).sum(-1, keepdim=True) - d, 0.0)  # -e
+    del d
+    kl = _kl_terms(lp, p, n)
     if not bool(support.all()):
         q_out = torch.where(support, 0.0, y.softmax(-1)).sum(-1)
         kl = kl - torch.log1p(-q_out)

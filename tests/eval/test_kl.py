@@ -140,3 +140,27 @@ def test_gather_token_logprobs() -> None:
     out = gather_token_logprobs(lp, tokens)
     expected = torch.tensor([[0.0, 7.0, 9.0], [14.0, 18.0, 20.0]])
     torch.testing.assert_close(out, expected)
+
+
+def test_finite_scores_take_the_unmasked_path_bit_for_bit() -> None:
+    """Scores that are all finite (logits) skip the masks for tokens without mass: every KL is the masked path's to
+    the last bit, over rows from identical (the series near 0) to far apart (the large-exponent terms)."""
+    from ablate.eval.kl import _kl_masked, kl_from_scores
+
+    g = torch.Generator().manual_seed(0)
+    x = (
+        torch.randn(64, 4096, generator=g, dtype=torch.float64)
+        * torch.logspace(-3, 1.5, 64, dtype=torch.float64)[:, None]
+    )
+    y = (
+        x
+        + torch.randn(64, 4096, generator=g, dtype=torch.float64)
+        * torch.logspace(-9, 2.5, 64, dtype=torch.float64)[:, None]
+    )
+    y[0] = x[0]  # identical rows: exactly 0
+    lp = x.log_softmax(-1)
+    fast, masked = kl_from_scores(x, y), _kl_masked(x, y, lp, lp.exp())
+    assert torch.equal(fast, masked) and fast[0] == 0
+    assert fast.min() >= 0 and fast.max() > 700 and fast[1] < 1e-12  # both ends were reached
+    y[3, 5] = -math.inf  # a token the second gives no mass: the masked path, as before
+    assert math.isinf(kl_from_scores(x, y)[3]) and torch.equal(kl_from_scores(x, y)[4:], fast[4:])
