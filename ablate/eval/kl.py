@@ -56,7 +56,12 @@ def kl_from_scores(x: Tensor, y: Tensor) -> Tensor:
     """
     x, y = x.double(), y.double()
     lp = x.log_softmax(-1)
-    p = lp.exp()
+    return _kl_from(x, y, lp, lp.exp())
+
+
+def _kl_from(x: Tensor, y: Tensor, lp: Tensor, p: Tensor) -> Tensor:
+    """:func:`kl_from_scores` of float64 ``x``, ``y`` given ``x``'s log-softmax ``lp`` and ``p = exp(lp)`` (an audit
+    compares one policy with two references: computed once)."""
     if bool(torch.isfinite(lp).all()) and bool(torch.isfinite(y).all()):  # logits: every token has mass, no masks
         n = x - y
         n = (p * n).sum(-1, keepdim=True) - n
@@ -226,12 +231,14 @@ def audit_terms(
         tok = tokens[b, t].long().unsqueeze(-1)
         x, y = policy[b, t].double(), judge[b, t].double()
         out.logp[b, t], out.judge_logp[b, t] = _token_logp(x, tok), _token_logp(y, tok)
-        out.kl[b, t] = kl_from_scores(x, y)
+        lp = x.log_softmax(-1)
+        p = lp.exp()
+        out.kl[b, t] = _kl_from(x, y, lp, p)
         del y
         if given and stand_in is not judge:
             z = stand_in[b, t].double()
             out.stand_in_logp[b, t] = _token_logp(z, tok)
-            out.stand_in_kl[b, t] = kl_from_scores(x, z)
+            out.stand_in_kl[b, t] = _kl_from(x, z, lp, p)
             del z
     if stand_in is judge:
         out.stand_in_kl, out.stand_in_logp = out.kl.clone(), out.judge_logp.clone()

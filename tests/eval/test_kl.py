@@ -164,3 +164,16 @@ def test_finite_scores_take_the_unmasked_path_bit_for_bit() -> None:
     assert fast.min() >= 0 and fast.max() > 700 and fast[1] < 1e-12  # both ends were reached
     y[3, 5] = -math.inf  # a token the second gives no mass: the masked path, as before
     assert math.isinf(kl_from_scores(x, y)[3]) and torch.equal(kl_from_scores(x, y)[4:], fast[4:])
+
+
+def test_the_audit_computes_the_policys_softmax_once_and_each_kl_as_alone() -> None:
+    from ablate.eval.kl import audit_terms, kl_from_scores
+
+    g = torch.Generator().manual_seed(2)
+    pol = torch.randn(3, 20, 500, generator=g) * 3
+    judge, stand_in = pol + 0.2 * torch.randn(pol.shape, generator=g), pol + torch.randn(pol.shape, generator=g)
+    tokens, mask = torch.randint(0, 500, (3, 20), generator=g), torch.rand(3, 20, generator=g) > 0.3
+    terms = audit_terms(pol, judge, tokens, mask, stand_in, chunk_elements=500 * 7)
+    assert torch.equal(terms.kl[mask], kl_from_scores(pol[mask], judge[mask]))
+    assert torch.equal(terms.stand_in_kl[mask], kl_from_scores(pol[mask], stand_in[mask]))
+    assert not terms.kl[~mask].any() and (terms.stand_in_kl[mask] > terms.kl[mask]).all()
