@@ -218,11 +218,19 @@ def sweep_info(folder: Path) -> dict[str, Any]:
     return info
 
 
+# config keys added after runs were committed, each with the value every run from before ran with: such a run's
+# config.yaml lacks the key and is read as if it had it, so that it pools with a later run of the same setting
+PREDATING_KEYS = {
+    "judge.name": "vader",  # the gold reward was VADER's before `judge=` existed
+    "safety.name": "profanity",  # the safety judge was alt-profanity-check's before `safety=` existed
+}
+
+
 def load_folder_record(job_dir: Path, root: Path) -> RunRecord:
     from ablate.tracking.run_dir import RunFolder
 
     folder = RunFolder(job_dir)
-    cfg = _flatten(yaml.safe_load(folder.config_path.read_text()) or {})
+    cfg = {**PREDATING_KEYS, **_flatten(yaml.safe_load(folder.config_path.read_text()) or {})}
     try:
         summary = folder.read_summary()
     except json.JSONDecodeError:

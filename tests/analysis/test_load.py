@@ -77,6 +77,26 @@ def test_seeds_with_and_without_a_step_0_evaluation_pool():
     assert list(runs["condition"]) == ["eval.interval=0", "eval.interval=0", "eval.interval=20"]
 
 
+def test_a_committed_run_from_before_the_judge_and_safety_options_pools_with_a_later_one(tmp_path):
+    """Seed 0 of reports/dpo_regimes ran before `judge=` and `safety=` existed (its config has neither key); seed 4
+    ran after (judge.name=vader, safety.name=profanity: what seed 0 ran with). They are one condition, not two."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    runs = REPO / "reports" / "dpo_regimes" / "runs"
+    old, new = (
+        runs / "report_dpo" / "logger=none,ref=full,seed=0",
+        runs / "report_dpo_s4" / "logger=none,ref=full,seed=4",
+    )
+    assert "judge:" not in (old / "config.yaml").read_text() and "judge:" in (new / "config.yaml").read_text()
+    for job in (old, new):
+        shutil.copytree(job, tmp_path / "sweep" / job.name)
+    frame = load_runs(tmp_path / "sweep").runs
+    assert list(frame["condition"]) == ["all runs", "all runs"]
+    assert set(frame["cfg.judge.name"]) == {"vader"} and set(frame["cfg.safety.name"]) == {"profanity"}
+
+
 def _strict_and_old_sweeps(root):
     """One job written as a run writes it now (strict JSON: null + reason) and the same job as older runs wrote
     it (NaN tokens): kl/approx is NaN at every step and ref_hit_rate (a regime's own figure) is NaN."""
