@@ -158,13 +158,10 @@ class Evaluator:
 
     def keeps_scores(self) -> bool:
         """Whether the policy's sampler keeps its logits for the KL audit, which then runs no forward of the policy
-        (:meth:`SampledBatch.policy_logits`): in fp32, where a KV-cached decode and a forward agree to float
-        rounding (SmolLM2, 8 responses of up to 64 tokens: logits within 9.0e-5, a
-        sampled token's log-prob within 2.3e-5 and a response's within 6.7e-5 nats, a per-token KL of at most 5.9e-11
-        between the two; a test bounds them on the tiny model), with the coupled sampler (which hands each batch over as it is drawn, so its logits are audited and
-        dropped a generate call at a time). In bf16 the two differ by up to 0.0066 nats per token: the forward runs.
-        In fp32 the rows of a generate call do not change the samples, so the sampler takes fewer of them to make
-        room for the logits."""
+        (:meth:`SampledBatch.policy_logits`): in fp32, where a KV-cached decode and a forward differ by float rounding
+        only (a test bounds it; the figures measured on SmolLM2 are in docs/algorithms.md), and with the coupled
+        sampler, which hands each generate call's batch over as it is drawn, so its logits are audited and dropped
+        a call at a time. In bf16 the two differ by more than the audit's own precision: the forward runs."""
         return self.precision == "fp32" and self.cfg.sampler == "coupled"
 
     # ------------------------------------------------------------------------------------ sampling
