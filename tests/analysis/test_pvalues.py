@@ -80,9 +80,10 @@ def test_holm_turns_a_weak_difference_among_many_tests_inconclusive(tmp_path):
 
 @pytest.mark.parametrize("name", ["dpo_regimes", "dpo_beta", "grpo_kl"])
 def test_no_committed_different_verdict_survives_holm(name):
-    """docs/statistics.md's claim: every *different* of the committed reports (made with --multiplicity none) has an
-    adjusted p of 0.05 or more over its report's table."""
+    """docs/statistics.md's claim: every *different* of the committed reports has an adjusted p of 0.05 or more over
+    its report's table; a report made under Holm's rule (no --multiplicity none) calls none of them different."""
     table = pd.read_csv(REPO / "reports" / name / "equivalence.csv")
-    assert "--multiplicity none" in (REPO / "reports" / name / "report.md").read_text()
-    different = table[table["verdict"] == "different"]
-    assert len(different) and (different["p_holm"] >= 0.05).all() and (different["p_diff"] < 0.05).all()
+    unadjusted = "--multiplicity none" in (REPO / "reports" / name / "report.md").read_text()
+    nominal = table[(table["p_diff"] < 0.05) & (table["verdict"] != "equivalent")]
+    assert len(nominal) and (nominal["p_holm"] >= 0.05).all()
+    assert (nominal["verdict"] == "different").all() if unadjusted else (nominal["verdict"] == "inconclusive").all()
