@@ -79,11 +79,16 @@ def test_holm_turns_a_weak_difference_among_many_tests_inconclusive(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["dpo_regimes", "dpo_beta", "grpo_kl"])
-def test_no_committed_different_verdict_survives_holm(name):
-    """docs/statistics.md's claim: every *different* of the committed reports has an adjusted p of 0.05 or more over
-    its report's table; a report made under Holm's rule (no --multiplicity none) calls none of them different."""
+def test_the_committed_verdicts_follow_their_multiplicity_rule(name):
+    """A report made with --multiplicity none calls a row *different* on its own 95% interval, and docs/statistics.md
+    says none of those survives Holm's adjustment; under Holm's rule (the default) a row is *different* exactly where
+    its adjusted p is below 0.05, and a nominal difference that does not survive it is *inconclusive*."""
     table = pd.read_csv(REPO / "reports" / name / "equivalence.csv")
     unadjusted = "--multiplicity none" in (REPO / "reports" / name / "report.md").read_text()
     nominal = table[(table["p_diff"] < 0.05) & (table["verdict"] != "equivalent")]
-    assert len(nominal) and (nominal["p_holm"] >= 0.05).all()
-    assert (nominal["verdict"] == "different").all() if unadjusted else (nominal["verdict"] == "inconclusive").all()
+    assert len(nominal)
+    if unadjusted:
+        assert (nominal["verdict"] == "different").all() and (nominal["p_holm"] >= 0.05).all()
+    else:
+        assert ((nominal["verdict"] == "different") == (nominal["p_holm"] < 0.05)).all()
+        assert set(nominal["verdict"]) <= {"different", "inconclusive"}

@@ -48,7 +48,8 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     regimes = opts["regimes"].split(",") if "regimes" in opts else None
     seeds = _seeds(opts)
     report = REPO / "reports" / name
-    found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds, n_boot=1000)
+    # the CLI's 4000 resamples: with three seeds a two-way bootstrap's ends move by more than the tolerance at 1000
+    found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds)
     assert found.errors == []
     names = ("equivalence.csv", "conditions.csv", "primary.csv")
     tables = [pd.read_csv(report / t) for t in names if (report / t).is_file()]
