@@ -19,7 +19,8 @@ from tests.conftest import REPO
 
 DPO = REPO / "reports" / "dpo_regimes"
 FULL, INT8 = "logger=none,ref=full,seed=0", "logger=none,ref=int8,seed=0"
-SEEDS = len(list((DPO / "runs" / "report_dpo").glob("logger=none,ref=full,seed=*")))
+JOBS = "report_dpo*/logger=none,ref=*,seed=*"  # seeds 0-3 in runs/report_dpo, the re-runs in report_dpo_s4 ... _b6
+SEEDS = len(list((DPO / "runs").glob("report_dpo*/logger=none,ref=full,seed=*")))
 
 
 def _report_args(name: str) -> tuple[list[str], dict]:
@@ -64,7 +65,7 @@ def two_runs(tmp_path):
     """full and int8 (every seed) of the committed DPO report, and its equivalence rows for int8 alone (a family of
     their own: their Holm-adjusted p-values adjusted over those rows)."""
     sweep = tmp_path / "sweep"
-    for job in (DPO / "runs" / "report_dpo").glob("logger=none,ref=*,seed=*"):
+    for job in (DPO / "runs").glob(JOBS):
         if job.name.split(",")[1] in ("ref=full", "ref=int8"):
             shutil.copytree(job, sweep / job.name)
     report = tmp_path / "report"
