@@ -20,7 +20,7 @@ from tests.conftest import REPO
 DPO = REPO / "reports" / "dpo_regimes"
 FULL, INT8 = "logger=none,ref=full,seed=0", "logger=none,ref=int8,seed=0"
 JOBS = "report_dpo*/logger=none,ref=*,seed=*"  # seeds 0-3 in runs/report_dpo, the re-runs in report_dpo_s4 ... _b6
-SEEDS = len(list((DPO / "runs").glob("report_dpo*/logger=none,ref=full,seed=*")))
+SEEDS = len(list((DPO / "runs").glob(JOBS.replace("ref=*", "ref=full"))))
 
 
 def _report_args(name: str) -> tuple[list[str], dict]:
