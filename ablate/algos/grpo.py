@@ -130,7 +130,7 @@ def _grpo_trainer_cls():
             return logps
 
         def _get_train_sampler(self, dataset=None):
-            return replayable_epochs(super()._get_train_sampler(dataset))
+            return replayable_epochs(super()._get_train_sampler(dataset), self.args.data_seed)
 
         def restore(self, saved: dict) -> None:
             """Continue from :meth:`resume_state`'s record: also the KL coefficient where the controller had it."""
@@ -188,8 +188,13 @@ class _Answers:
         self.logprobs = answer
 
 
-def replayable_epochs(sampler):
-    """TRL's ``RepeatSampler`` with each epoch's prompt order a function of (seed, epoch).
+def replayable_epochs(sampler, data_seed: int | None = None):
+    """TRL's ``RepeatSampler`` with each epoch's prompt order a function of (data seed, epoch).
+
+    TRL seeds the sampler with the run's ``seed``, not ``data_seed``, so a placebo (``ref=placebo``: only the data
+    order's seed moves) trained on full's very order, a determinism check instead of a null control that can fail
+    (found by its first SmolLM2 runs: identical to full to the last digit; docs/measured.md). ``data_seed``, where
+    given, seeds the order, as it does for DPO's sampler and PPO's prompts; for every other run it equals ``seed``.
 
     TRL draws every epoch's order from one generator seeded once, when the sampler is made, so a job resumed in
     epoch e >= 1 starts a fresh generator and trains epoch e in epoch 0's order, leaving the uninterrupted run's
@@ -198,6 +203,9 @@ def replayable_epochs(sampler):
     interrupted is unchanged."""
     if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
         return sampler
+    if data_seed is not None and data_seed != sampler.seed:
+        sampler.seed = data_seed
+        sampler.generator.manual_seed(data_seed)
 
     def set_epoch(epoch: int) -> None:
         sampler.generator.manual_seed(sampler.seed)

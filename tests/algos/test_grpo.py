@@ -234,3 +234,29 @@ def test_the_prompt_order_of_each_epoch_depends_on_seed_and_epoch_only():
     assert list(resumed) == orders[2]
     unshuffled = RepeatSampler(range(7), mini_repeat_count=2, shuffle=False)
     assert replayable_epochs(unshuffled) is unshuffled and not hasattr(unshuffled, "set_epoch")
+
+
+def test_the_prompt_order_follows_the_data_seed_not_the_seed():
+    """A placebo moves only ``data_seed``: its sampler draws the orders of one seeded with it, every epoch and after a
+    resume; where the two seeds agree (every other run) nothing moves."""
+    from trl.trainer.utils import RepeatSampler
+
+    from ablate.algos.grpo import replayable_epochs
+
+    def orders(s, epochs=3):
+        out = []
+        for epoch in range(epochs):
+            s.set_epoch(epoch)
+            out.append(list(s))
+        return out
+
+    def sampler(seed):
+        return RepeatSampler(range(9), mini_repeat_count=2, batch_size=1, seed=seed)
+
+    own = orders(replayable_epochs(sampler(4)))
+    assert orders(replayable_epochs(sampler(3), data_seed=4)) == own
+    assert orders(replayable_epochs(sampler(3), data_seed=3)) != own
+    assert orders(replayable_epochs(sampler(3), data_seed=3)) == orders(replayable_epochs(sampler(3)))
+    resumed = replayable_epochs(sampler(3), data_seed=4)
+    resumed.set_epoch(2)
+    assert list(resumed) == own[2]

@@ -45,3 +45,47 @@ def test_a_placebo_run_trains_otherwise_and_evaluates_the_same_prompts(tmp_path)
     # the first step: policy = reference, so the loss is log 2 either way; its batch shows in the gradient
     first = [next(m["train/grad_norm"] for m in out[r][2] if "train/grad_norm" in m) for r in ("full", "placebo")]
     assert first[0] != first[1]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_grpo_and_ppo_draw_their_prompts_in_the_placebos_order(tmp_path, algo, tiny_source, tokenizer, ref_ctx):
+    """The prompts' training order follows ``data_seed``: TRL's GRPO sampler seeds itself with ``seed``, so until
+    ``replayable_epochs`` took ``data_seed`` a GRPO placebo trained in full's very order (its SmolLM2 runs equalled
+    full's to the last digit). The first epoch's order of 12 prompts, full against placebo at seed 0."""
+    from ablate.algos.registry import algorithm
+    from ablate.models.loading import load_model
+    from ablate.tasks.reward import GoldReward
+
+    prompts = [f"Continue: review {i} of the film said" for i in range(12)]
+
+    def order(ref: str) -> list[str]:
+        cfg = typed_config(
+            tmp_path / ref,
+            "model=tiny",
+            f"algo={algo}",
+            f"ref={ref}",
+            "seed=0",
+            "algo.batch_size=4",
+            *(["algo.num_generations=2"] if algo == "grpo" else ["algo.minibatch_size=4"]),
+        )
+        trainer = algorithm(algo).build(
+            cfg,
+            policy=load_model(tiny_source, torch.device("cpu")),
+            tokenizer=tokenizer,
+            prompts=prompts,
+            reward=GoldReward(),
+            reference=FullReference(cfg.ref, ref_ctx),
+            callbacks=[],
+            out_dir=tmp_path / ref,
+            device=torch.device("cpu"),
+        )
+        if algo == "ppo":
+            return [p for step in (1, 2, 3) for p in trainer._prompts_for(step)]
+        sampler = trainer._get_train_sampler()
+        sampler.set_epoch(0)
+        return [prompts[i] for i in list(sampler)[:: cfg.algo.num_generations]][:12]
+
+    full, placebo = order("full"), order("placebo")
+    assert sorted(full) == sorted(placebo) == sorted(prompts)  # the same prompts, each once an epoch
+    assert full != placebo
