@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "calibration":
         return _calibration(args, argv)
 
-    from analysis import declared, load
+    from analysis import declared
     from analysis.report import write_report
     from analysis.report_config import build_config
 
@@ -145,17 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
 
     try:
-        if args.wandb:
-            if not args.group:
-                parser.error("--wandb needs --group")
-            entity, _, project = args.wandb.rpartition("/")
-            data = load.from_wandb(project, args.group, entity or None)
-        elif args.wandb_offline:
-            data = load.from_wandb_offline(*args.folders)
-        else:
-            if not args.folders:
-                parser.error("give at least one sweep folder")
-            data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
+        data = _load(args, parser)
         config = declared.apply(config, declared.plan_of(data.runs), args.margin, args.primary)
         if config.reference_condition is not None:  # one line before any table is computed
             from analysis.conditions import reference_condition
@@ -184,6 +174,31 @@ def main(argv: list[str] | None = None) -> int:
     n_bad = len(data.problems())
     print(f"analysis: wrote {report} ({len(data.runs)} jobs, {n_bad} not finished)")
     return 0
+
+
+def _load(args, parser):
+    """The runs the report reads (W&B, W&B offline or sweep folders): ``analysis.load.Runs``; a ValueError naming
+    what the source holds when none of its jobs finished (nothing to tabulate)."""
+    from analysis import load
+
+    if args.wandb:
+        if not args.group:
+            parser.error("--wandb needs --group")
+        entity, _, project = args.wandb.rpartition("/")
+        data = load.from_wandb(project, args.group, entity or None)
+    elif args.wandb_offline:
+        data = load.from_wandb_offline(*args.folders)
+    else:
+        if not args.folders:
+            parser.error("give at least one sweep folder")
+        data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
+    if data.finished().empty:
+        counts = ", ".join(f"{n} {status}" for status, n in data.runs["status"].value_counts().items())
+        raise ValueError(
+            f"no finished jobs below {', '.join(map(str, args.folders)) or args.group} yet ({counts}): a report needs "
+            "at least one summary.json with status finished"
+        )
+    return data
 
 
 def _listed(text: str | None) -> list[str] | None:

@@ -56,3 +56,22 @@ def test_report_on_a_missing_folder_is_one_line(tmp_path):
     )
     assert res.returncode == 2
     assert res.stderr.strip() == f"analysis: error: no such folder: {tmp_path / 'nope'}"
+
+
+def test_report_with_no_finished_job_is_one_line(tmp_path):
+    from tests.analysis.synthetic import write_run
+
+    sweep = tmp_path / "sweep"
+    write_run(sweep, "none", 0, status="unfinished")  # still running: a config, no summary
+    write_run(sweep, "full", 0, status="failed", reason="diverged at step 3")
+    res = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(sweep), "--out", str(tmp_path / "r")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-2000:]
+    line = res.stderr.strip()
+    assert line.startswith(f"analysis: error: no finished jobs below {sweep} yet (")
+    assert "1 unfinished" in line and "1 failed" in line and not (tmp_path / "r").exists()
