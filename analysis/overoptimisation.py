@@ -25,7 +25,7 @@ from analysis.markdown import md_table, num, span
 from analysis.stats import t_interval
 
 KL, GOLD, PROXY = schema.logged("kl_true"), schema.logged("reward_delta"), schema.logged("reward_proxy")
-DEGENERATE = schema.logged("degenerate_rate")
+DEGENERATE, DISTINCT = schema.logged("degenerate_rate"), schema.logged("distinct_2")
 #: a run has collapsed at the first evaluation where at least this share of its responses are degenerate
 COLLAPSE = 0.5
 #: per-run columns summarised over seeds in :func:`regime_table`, in its order
@@ -35,17 +35,20 @@ CAPTION = (
     "true KL to the full reference, at each evaluation (Gao et al.'s axes); dashed: Gao et al.'s RL form "
     "d (alpha - beta ln d) fitted to each regime's evaluations. Middle: the proxy (learned) reward's gain over the "
     "run's own step 0, same axis: a proxy that keeps rising while the gold falls is being gamed. Right: the share of "
-    "degenerate responses (half their bigrams repeats) at each step. Lines: mean over seeds; bands: the lowest to the "
+    "degenerate responses (half their bigrams repeats; solid) and of distinct bigrams over all the step's responses "
+    "(dotted: it falls when the responses collapse onto one template, and also when an evaluation draws more "
+    "responses) at each step. Lines: mean over seeds; bands: the lowest to the "
     "highest seed."
 )
 
 
 def evaluations(curves: pd.DataFrame) -> pd.DataFrame:
-    """One row per (run, evaluation): ``path, condition, regime, seed, step, kl, sqrt_kl, gold, proxy, degenerate``;
+    """One row per (run, evaluation): ``path, condition, regime, seed, step, kl, sqrt_kl, gold, proxy, degenerate,
+    distinct`` (distinct bigrams, a share);
     ``proxy`` is the gain over the run's own step-0 evaluation (NaN without one, or without a proxy)."""
     cols = ["path", "condition", "regime", "seed", "step"]
     if curves.empty or KL not in curves or GOLD not in curves:
-        return pd.DataFrame(columns=[*cols, "kl", "sqrt_kl", "gold", "proxy", "degenerate"])
+        return pd.DataFrame(columns=[*cols, "kl", "sqrt_kl", "gold", "proxy", "degenerate", "distinct"])
     ev = curves[curves[KL].notna()].sort_values(["path", "step"])
     out = ev[cols].copy()
     out["kl"] = ev[KL].astype(float)
@@ -55,6 +58,7 @@ def evaluations(curves: pd.DataFrame) -> pd.DataFrame:
     start = raw.where(ev["step"] == 0).groupby(ev["path"]).transform("first")
     out["proxy"] = raw - start
     out["degenerate"] = ev[DEGENERATE].astype(float) if DEGENERATE in ev else math.nan
+    out["distinct"] = ev[DISTINCT].astype(float) if DISTINCT in ev else math.nan
     return out.reset_index(drop=True)
 
 
@@ -186,13 +190,14 @@ def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = No
             d = np.linspace(1e-3, float(mean["sqrt_kl"].max()), 100)
             a, b = row["gao_alpha"].iloc[0], row["gao_beta"].iloc[0]
             axes[0].plot(d, d * (a - b * np.log(d)), "--", color=c, lw=0.8)
-        if mean["degenerate"].notna().any():
-            axes[2].plot(mean.index, mean["degenerate"], "-o", color=c, ms=3, label=regime)
-            axes[2].fill_between(mean.index, lo["degenerate"], hi["degenerate"], color=c, alpha=0.15, lw=0)
+        for y, style in (("degenerate", "-o"), ("distinct", ":s")):
+            if mean[y].notna().any():
+                axes[2].plot(mean.index, mean[y], style, color=c, ms=3, label=regime if y == "degenerate" else None)
+                axes[2].fill_between(mean.index, lo[y], hi[y], color=c, alpha=0.15, lw=0)
     labels = (
         ("sqrt(true KL to the full reference), sqrt(nats)", "gold reward gain over SFT (VADER, paired)"),
         ("sqrt(true KL to the full reference), sqrt(nats)", "proxy reward gain over step 0"),
-        ("optimiser step", "degenerate responses (share)"),
+        ("optimiser step", "share: degenerate responses (solid), distinct bigrams (dotted)"),
     )
     for ax, (x, y) in zip(axes, labels):
         ax.set_xlabel(x)

@@ -71,6 +71,7 @@ def _write(root, regime: str, seed: int, over: bool) -> None:
                 "eval/reward_delta": sum(r["policy_reward"] - r["sft_reward"] for r in at) / PROMPTS,
                 "eval/reward_proxy": mean("policy_proxy_reward"),
                 "eval/degenerate_rate": bad / PROMPTS,
+                "eval/distinct_2": 0.9 - (0.1 * i if over else 0.0),
                 "train/loss": 0.1,
             },
         )
@@ -89,6 +90,9 @@ def sweep(tmp_path):
 def test_each_runs_peak_end_and_collapse(sweep):
     ev = oo.evaluations(load_runs(sweep).curves)
     assert len(ev) == 6 * len(KLS)
+    by = ev.set_index(["regime", "seed", "step"])["distinct"]  # the figure's collapse onto a template
+    assert by[("none", 0, 20 * (len(KLS) - 1))] == pytest.approx(0.9 - 0.1 * (len(KLS) - 1))
+    assert by[("full", 0, 20 * (len(KLS) - 1))] == pytest.approx(0.9)
     pts = oo.run_points(ev).set_index(["regime", "seed"])
     for seed in range(3):
         s = 1.0 + 0.1 * seed
