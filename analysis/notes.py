@@ -8,6 +8,8 @@ table has several) and ``|format`` (a Python format spec; the report's own numbe
 - ``{{cond:algo.beta=0.3:reward_delta:span}}``: ``conditions.csv`` (the baseline across conditions), the same fields;
 - ``{{primary:full:reward_delta:span}}``: ``primary.csv``, a regime's own value (``estimate``, ``lo``, ``hi``);
 - ``{{summary:full:length:mean}}``: ``summary.csv``, the column ``length_mean`` (``span``: mean [lo, hi]);
+- ``{{oo:none:end_gold:span}}``: ``overoptimisation.csv``, regime ``none``'s ``end_gold [end_gold_lo, end_gold_hi]``
+  (``value``: the column itself; any other field, the column ``<column>_<field>``);
 - ``{{cmp:int8:kl_true:p_holm}}``: ``comparisons.csv``, the seed-level paired t-tests;
 - ``{{count:equivalent}}``: how many verdicts say so (``all``: every verdict; determinism checks are not verdicts,
   ``{{count:determinism check}}`` counts them).
@@ -32,6 +34,7 @@ TABLES = {
     "primary": "primary.csv",
     "summary": "summary.csv",
     "cmp": "comparisons.csv",
+    "oo": "overoptimisation.csv",
 }
 # the columns of a table's row besides condition: which key names which
 _KEYS = {"summary": ("regime",)}
@@ -69,14 +72,17 @@ def value(spec: str, table) -> str:
     if name not in TABLES:
         raise NotesError(f"notes: {{{{{spec}}}}}: no table {name!r} (one of {', '.join([*TABLES, 'count'])})")
     keys = _KEYS.get(name, _DEFAULT_KEYS)
-    if name == "summary":
+    if name in ("summary", "oo"):
         if len(parts) != 3:
-            raise NotesError(f"notes: {{{{{spec}}}}}: summary takes regime:metric:field")
+            raise NotesError(
+                f"notes: {{{{{spec}}}}}: {name} takes regime:{'metric' if name == 'summary' else 'column'}:field"
+            )
         regime, metric, field = parts
         row = _row(table(name), dict(regime=regime), condition, spec)
+        mean = metric + "_mean" if name == "summary" else metric
         if field == "span":
-            return f"{num(_f(row, metric + '_mean', spec))} {bracket(_f(row, metric + '_lo', spec), _f(row, metric + '_hi', spec))}"
-        return _format(row, f"{metric}_{field}", fmt, spec)
+            return f"{num(_f(row, mean, spec))} {bracket(_f(row, metric + '_lo', spec), _f(row, metric + '_hi', spec))}"
+        return _format(row, metric if (name, field) == ("oo", "value") else f"{metric}_{field}", fmt, spec)
     if len(parts) != len(keys) + 1:
         raise NotesError(f"notes: {{{{{spec}}}}}: {name} takes {':'.join(keys)}:field")
     row = _row(table(name), dict(zip(keys, parts[:-1])), condition, spec)

@@ -30,6 +30,9 @@ def folder(tmp_path):
     pd.DataFrame(
         dict(condition=["c1"], regime=["full"], length_mean=[28.0], length_lo=[25.0], length_hi=[31.0])
     ).to_csv(tmp_path / "summary.csv", index=False)
+    pd.DataFrame(
+        dict(condition=["c1"], regime=["none"], end_gold=[-0.12], end_gold_lo=[-0.2], end_gold_hi=[-0.04], n_seeds=[3])
+    ).to_csv(tmp_path / "overoptimisation.csv", index=False)
     return tmp_path
 
 
@@ -38,11 +41,12 @@ def test_placeholders_are_filled_from_the_tables(folder):
         "int8 {{eq:int8:kl_true:span@c1}} (90% {{eq:int8:kl_true:inner@c1}}), seed 1 {{eq:int8:kl_true:seed=1@c1}}, "
         "{{eq:int8:length:verdict@c1}}, {{eq:int8:kl_true:diff@c1|+.2f}}; full {{summary:full:length:span}}; "
         "{{count:all}} verdicts, {{count:different}} different, {{count:all@c1}} in c1, "
-        "{{count:determinism check}} check."
+        "{{count:determinism check}} check; none {{oo:none:end_gold:span}}, {{oo:none:end_gold:value|+.1f}}, "
+        "{{oo:none:end_gold:hi}}."
     )
     assert render(text, folder) == (
         "int8 0.0912 [-0.08, 0.25] (90% 0.0912 [-0.05, 0.22]), seed 1 0.0824, different, +0.09; full 28 [25, 31]; "
-        "3 verdicts, 2 different, 2 in c1, 1 check."
+        "3 verdicts, 2 different, 2 in c1, 1 check; none -0.12 [-0.2, -0.04], -0.1, -0.04."
     )
 
 
@@ -53,6 +57,8 @@ def test_placeholders_are_filled_from_the_tables(folder):
         ("{{eq:nf4:kl_true:span@c1}}", "no such row"),
         ("{{eq:int8:kl_true:nope@c1}}", "the row has no 'nope'"),
         ("{{eq:int8:span}}", "eq takes regime:metric:field"),
+        ("{{oo:none:span}}", "oo takes regime:column:field"),
+        ("{{oo:none:end_kl:span}}", "the row has no 'end_kl'"),
         ("{{bench:int8:ms}}", "no table 'bench'"),
         ("{{primary:full:reward_delta:span}}", "reads primary.csv, which this report does not have"),
         ("{{eq:int8:kl_true:seed=7@c1}}", "no seed 7 in the row"),
