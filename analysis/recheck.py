@@ -299,6 +299,8 @@ def _estimate_checked(what: str, per_seed: dict, row: dict, found: Findings, opt
 
 
 def _bootstrap_rows(table: Path):
+    if not table.is_file():  # a report with no comparisons (no baseline run yet) has no equivalence.csv
+        return
     frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
     for i, row in frame.iterrows():
         if "bootstrap" in str(row["method"]) and row["metric"] in PER_PROMPT:
