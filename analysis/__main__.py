@@ -278,8 +278,8 @@ def _plan(args) -> int:
 def _recheck(args) -> int:
     from analysis.recheck import describe, recheck
 
-    if args.report is not None and not (args.report / "report.md").is_file():
-        print(f"analysis: error: no report.md in {args.report}", file=sys.stderr)
+    if args.report is not None and not any((args.report / f).is_file() for f in ("report.md", "equivalence.csv")):
+        print(f"analysis: error: no report (report.md or equivalence.csv) in {args.report}", file=sys.stderr)
         return 2
     try:
         found = recheck(

@@ -217,6 +217,11 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
     """The bootstrap rows of ``report/equivalence.csv`` (each regime against the baseline within a condition) and of
     ``conditions.csv`` where there is one (the baseline under each condition against it under the reference
     condition, the one no row names): the difference exactly, the interval to bootstrap noise."""
+    compared = set(runs["regime"].astype(str)) - {baseline}
+    if not (report / "equivalence.csv").is_file() and baseline in set(runs["regime"].astype(str)) and compared:
+        found.errors.append(
+            f"no equivalence.csv, though the runs compare {', '.join(sorted(compared))} with {baseline}"
+        )
     for table in ("equivalence.csv", "conditions.csv"):
         recheck_holm(report / table, found, opts)
     if (report / "notes.md").is_file():  # every number typed in the reading is a cell of a table or a run

@@ -106,6 +106,15 @@ def test_a_difference_or_interval_that_the_samples_do_not_give_is_caught(two_run
     assert len(found.errors) == 1 and f"int8 - full: {table.loc[0, 'metric']}" in found.errors[0]
 
 
+def test_a_comparison_report_without_its_equivalence_table_is_caught(two_runs):
+    """A report of no comparisons yet (a partial calibration) is rechecked without equivalence.csv; one whose runs
+    compare a regime with the baseline must have it."""
+    sweep, report = two_runs
+    (report / "equivalence.csv").unlink()
+    found = recheck([sweep], report, n_boot=1000)
+    assert found.errors == ["no equivalence.csv, though the runs compare int8 with full"]
+
+
 @pytest.mark.parametrize("column", ["p_diff", "p_tost", "p_holm"])
 def test_a_p_value_that_its_own_tests_do_not_give_is_caught(two_runs, column):
     """A p below its row's t test (the union's p is the largest of its methods'), or a Holm adjustment that is not
@@ -131,7 +140,9 @@ def test_the_command_line_exits_1_on_a_disagreement_and_2_on_bad_input(two_runs,
     assert {m for m in PER_PROMPT if any(f"int8 - full: {m}:" in ln for ln in bad)} == set(PER_PROMPT)
     assert "; 1 runs not finished or without samples, not checked" in out[-1]
     assert main(["recheck", str(sweep), "--report", str(sweep)]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"analysis: error: no report.md in {sweep}"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"analysis: error: no report (report.md or equivalence.csv) in {sweep}"
+    ]
 
 
 def test_a_condition_difference_that_the_samples_do_not_give_is_caught(tmp_path):
