@@ -242,6 +242,13 @@ JOB_KEYS: dict[str, str] = {
     "scores, metrics), summed over the job's evaluations",
     "peak_rss_train_bytes": "peak resident memory while training (models loaded, data ready, evaluations inside it)",
     "kl_coef_final": "the KL coefficient at the end of training (PPO/GRPO: the controller's; DPO: its fixed beta)",
+    # algo.reward=learned: the proxy reward model's training (ablate.tasks.reward_model; cached, so a cache hit
+    # repeats the figures of the job that trained it)
+    "reward_model_n_pairs": "algo.reward=learned: the gold-labelled preference pairs the proxy reward model learned from",
+    "reward_model_final_loss": "algo.reward=learned: the proxy reward model's training loss at its last logged step",
+    "reward_model_final_accuracy": "algo.reward=learned: the proxy reward model's pair accuracy at its last logged "
+    "training step (on training pairs: not a held-out figure)",
+    "reward_model_train_s": "algo.reward=learned: seconds the proxy reward model took to train (when it was trained)",
 }
 
 

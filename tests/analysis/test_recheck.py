@@ -38,7 +38,11 @@ def _seeds(opts: dict) -> list[int] | None:
     return [int(x) for x in opts["seeds"].split(",")] if "seeds" in opts else None
 
 
-REPORTS = [d.name for d in sorted((REPO / "reports").iterdir()) if (d / "runs").is_dir()]
+REPORTS = [  # the reports `python -m analysis report` made (calibration's is `analysis calibration`'s)
+    d.name
+    for d in sorted((REPO / "reports").iterdir())
+    if (d / "runs").is_dir() and any((d / f).is_file() for f in ("equivalence.csv", "overoptimisation.csv"))
+]
 
 
 @pytest.mark.slow
