@@ -217,8 +217,9 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
     """The bootstrap rows of ``report/equivalence.csv`` (each regime against the baseline within a condition) and of
     ``conditions.csv`` where there is one (the baseline under each condition against it under the reference
     condition, the one no row names): the difference exactly, the interval to bootstrap noise."""
-    compared = set(runs["regime"].astype(str)) - {baseline}
-    if not (report / "equivalence.csv").is_file() and baseline in set(runs["regime"].astype(str)) and compared:
+    regimes = set(runs["regime"].astype(str))
+    compared = regimes - {baseline}
+    if not (report / "equivalence.csv").is_file() and baseline in regimes and compared:
         found.errors.append(
             f"no equivalence.csv, though the runs compare {', '.join(sorted(compared))} with {baseline}"
         )
@@ -272,9 +273,7 @@ def recheck_primary(runs: pd.DataFrame, report: Path, found: Findings, opts: dic
     """Each bootstrap row of ``report/primary.csv`` (a regime's own value of a verdict metric): the estimate exactly,
     the 95% interval to bootstrap noise (with two seeds or more: its union with the seed-level t interval, on the log
     scale for a positive quantity)."""
-    if not (report / "primary.csv").is_file():
-        return
-    for i, row in _bootstrap_rows(report / "primary.csv"):
+    for i, row in _bootstrap_rows(report / "primary.csv"):  # none where the report has no primary.csv
         what = f"{row['condition']}: {row['regime']}: {row['metric']}"
         groups = _estimate_checked(
             what, seed_values(runs, (row["condition"], row["regime"]), row["metric"]), row, found, opts
@@ -304,8 +303,8 @@ def _estimate_checked(what: str, per_seed: dict, row: dict, found: Findings, opt
 
 
 def _bootstrap_rows(table: Path):
-    if not table.is_file():  # a report with no comparisons (no baseline run yet) has no equivalence.csv
-        return
+    if not table.is_file():  # a report with no comparisons (no baseline run yet) has no equivalence.csv, and
+        return  # one of no verdict metric no primary.csv
     frame = pd.read_csv(table, keep_default_na=False, na_values=[""])
     for i, row in frame.iterrows():
         if "bootstrap" in str(row["method"]) and row["metric"] in PER_PROMPT:
