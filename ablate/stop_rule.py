@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SENTENCE_END", "RULE", "sentence_cut", "cut_completion", "cut_rollouts"]
+__all__ = ["SENTENCE_END", "RULE", "sentence_cut", "cut_completion", "settled", "cut_rollouts"]
 
 SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 #: what the caches of sampled responses key on besides ``max_sentences``: the rule itself
@@ -59,6 +59,17 @@ def cut_completion(tokenizer, ids: list[int], eos_ids: set[int], n: int | None) 
     if stop < len(ids) and not tokenizer.decode(ids[cut:stop], skip_special_tokens=True).strip():
         return ids  # the model ended its answer there itself: keep its EOS
     return ids[:cut]
+
+
+def settled(tokenizer, ids: list[int], n: int | None) -> bool:
+    """Whether :func:`cut_completion` cuts a response that begins with ``ids`` (no EOS among them) at the same place
+    whatever tokens follow: its ``n``-th sentence has ended and text other than whitespace follows the cut, so no
+    later EOS can keep it whole. A sampler may stop drawing a settled response. An undecodable byte (a character
+    split across tokens) does not count as text: it may complete to whitespace."""
+    if n is None:
+        return False
+    cut = sentence_cut(tokenizer, ids, n)
+    return cut < len(ids) and bool(tokenizer.decode(ids[cut:], skip_special_tokens=True).replace("\ufffd", "").strip())
 
 
 def cut_rollouts(tokenizer, completions: list[list[int]], logprobs, eos_ids: set[int], n: int | None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ablate.models.sampling import _assemble
-from ablate.stop_rule import cut_completion, sentence_cut
+from ablate.stop_rule import cut_completion, sentence_cut, settled
 
 
 def _ids(tokenizer, text: str) -> list[int]:
@@ -43,6 +43,55 @@ def test_a_completion_that_ends_first_keeps_its_eos_and_a_cut_one_has_none(token
     for ending in ("Fine.\n", "Fine. "):  # the model ended its answer itself, after whitespace: its EOS stays
         whole = _ids(tokenizer, ending) + [eos]
         assert cut_completion(tokenizer, whole, {eos}, 1) == whole
+
+
+def _byte_ids(tokenizer, text: str) -> list[int]:
+    """``text`` as one token per UTF-8 byte: byte-level BPE's base tokens (GPT-2's byte-to-character map)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    rest = [b for b in range(256) if b not in printable]
+    char = {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(rest)}}
+    return [tokenizer.convert_tokens_to_ids(char[b]) for b in text.encode()]
+
+
+SETTLING = [
+    "Great film. Loved it!",
+    "Fine.\n",
+    "Fine. ",
+    "Fine.\n\nAnd then more",
+    'He said "wow." Then left.',
+    "Wait... what? No",
+    "It costs \u20ac5. \u2603 Then more.",
+    "Fine.\u00a0\u00a0",  # a whitespace of two bytes, which the tokenizer may split
+    "Fine.\u3000x",
+    "No sentence end at all",
+]
+
+
+def test_a_settled_response_is_cut_where_it_will_be_whatever_follows(tokenizer):
+    """Where :func:`settled` lets a sampler stop, the cut it would have made is the cut of every longer response,
+    EOS or not (the sampler stops computing rows on it); a response that may still end in EOS after whitespace is
+    never settled."""
+    eos = tokenizer.eos_token_id
+    settled_at = 0
+    for text in SETTLING:
+        ids = _ids(tokenizer, text)
+        for k in range(1, len(ids) + 1):
+            if not settled(tokenizer, ids[:k], 1):
+                continue
+            settled_at += 1
+            cut = cut_completion(tokenizer, ids[:k], {eos}, 1)
+            for longer in (ids[:k], ids, ids + [eos], ids[:k] + [eos], ids[:k] + _ids(tokenizer, "\n") + [eos]):
+                assert cut_completion(tokenizer, longer, {eos}, 1) == cut, (text, k)
+    assert settled_at > 5
+    split = _ids(tokenizer, "Fine.\n") + _byte_ids(tokenizer, "\u3000")  # a 3-byte whitespace, a token a byte
+    assert cut_completion(tokenizer, split + [eos], {eos}, 1) == split + [eos]  # whitespace then EOS: kept whole
+    assert not any(settled(tokenizer, split[:k], 1) for k in range(len(split) + 1))  # "\ufffd" may be whitespace
+    for text in ("Fine.\n", "Fine. ", "Fine.\u00a0\u00a0", "No sentence end at all"):
+        ids = _ids(tokenizer, text)
+        assert not any(settled(tokenizer, ids[:k], 1) for k in range(len(ids) + 1)), text
+    assert settled(tokenizer, _ids(tokenizer, "Fine. More"), 1) and not settled(
+        tokenizer, _ids(tokenizer, "Fine. More"), None
+    )
 
 
 def test_the_sampler_masks_after_the_cut_and_a_cut_response_is_not_truncated(tokenizer):

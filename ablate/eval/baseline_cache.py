@@ -22,6 +22,7 @@ import torch
 
 from ablate.batch import TokenBatch
 from ablate.cache import CacheEntry
+from ablate.models.decode import NAME as DECODER
 from ablate.models.sampling import SampledBatch
 from ablate.stop_rule import RULE
 from ablate.tasks.prompts import prompts_fingerprint
@@ -48,6 +49,7 @@ class BaselineSettings:
     device: str  # the device type: kernels differ, and so may the sampled tokens
     max_sentences: int | None  # the task's stop rule (ablate.stop_rule)
     stop_rule: str = RULE  # and the rule itself: another rule, other responses
+    decoder: str = DECODER  # how the coupled sampler decodes (ablate.models.decode)
 
 
 def baseline_key(

@@ -4,8 +4,9 @@
 Here ``G_v`` is not drawn from a stateful generator: it is a function of its key. The token a row draws at a
 position therefore depends only on the row's key and the model's logits there, not on the batch size, the other
 rows, the left padding or which model samples: two models that agree draw the same response, two that differ a
-little draw mostly the same responses. Generation itself is ``generate(do_sample=False)`` (greedy argmax) with
-:class:`CoupledGumbel` among its logits processors, which keeps transformers' caches.
+little draw mostly the same responses. :class:`CoupledGumbel` is a logits processor that makes greedy decoding
+(``generate(do_sample=False)``) draw these samples; its :meth:`~CoupledGumbel.choose` draws them for a subset of the
+rows, for :func:`ablate.models.decode.decode`, which the evaluation samples with.
 
 The noise of a vocabulary is defined block by block (tokens ``64 b .. 64 b + 63``), in the form i.i.d. Gumbels
 decompose into: the block's maximum ``M ~ Gumbel(log 64)``, its position ``I`` uniform in the block, and every other
@@ -177,11 +178,18 @@ class CoupledGumbel(LogitsProcessor):
         self.key_hashes = key_hash(seed, keys)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        n, vocab = scores.shape
+        n = scores.shape[0]
         if n != self.key_hashes.shape[0]:
             raise ValueError(f"CoupledGumbel holds keys for {self.key_hashes.shape[0]} rows, got scores for {n}")
-        rows = at_position(self.key_hashes.to(scores.device), input_ids.shape[1] - self.prompt_width)
+        tokens = self.choose(torch.arange(n), input_ids.shape[1] - self.prompt_width, scores)
+        return torch.full_like(scores, float("-inf")).scatter_(-1, tokens[:, None], 0.0)
+
+    def choose(self, rows: torch.Tensor, position: int, scores: torch.Tensor) -> torch.Tensor:
+        """The tokens the batch's rows ``rows`` draw at ``position`` (tokens generated so far) from their ``scores``
+        [len(rows), V]: what :meth:`__call__` makes greedy decoding pick, for a subset of the rows
+        (:func:`ablate.models.decode.decode`)."""
+        vocab = scores.shape[-1]
+        hashes = at_position(self.key_hashes.to(scores.device)[rows.to(scores.device)], position)
         n_blocks = -(-vocab // BLOCK)
         ids = id_hash(n_blocks * BLOCK, "token", scores.device), id_hash(n_blocks, "block", scores.device)
-        tokens = gumbel_argmax(scores, rows, self.temperature, *ids)
-        return torch.full_like(scores, float("-inf")).scatter_(-1, tokens[:, None], 0.0)
+        return gumbel_argmax(scores, hashes, self.temperature, *ids)

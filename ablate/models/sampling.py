@@ -7,7 +7,8 @@ the sampler used (at temperature 1).
 Two samplers:
 
 - ``coupled`` (the default): Gumbel-max with noise keyed by (seed, prompt id, sample index, position, token)
-  (:mod:`ablate.models.coupled`), decoded greedily by ``generate``. A row's response depends only on its key and
+  (:mod:`ablate.models.coupled`), decoded by :func:`ablate.models.decode.decode`, which stops running a row once
+  its response has ended (its EOS, or the stop rule has :func:`ablate.stop_rule.settled` it). A row's response depends only on its key and
   the model, not on the batch it is in (in exact arithmetic, and in fp32 here; in bf16 a matmul's rounding
   depends on its rows, so callers that cache samples key on the rows); two models that agree give the same
   responses. The global RNG is not used.
@@ -31,8 +32,9 @@ from ablate.batch import TokenBatch
 from ablate.chat import as_chat
 from ablate.models import batching
 from ablate.models.coupled import CoupledGumbel
+from ablate.models.decode import decode
 from ablate.models.precision import autocast, is_bf16
-from ablate.stop_rule import cut_completion
+from ablate.stop_rule import cut_completion, settled
 
 SAMPLERS = ("coupled", "multinomial")
 
@@ -135,16 +137,19 @@ def _response_mask(resp: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (~after_first).long()
 
 
-def _generation_config(tokenizer, sampler: str, max_new_tokens: int, temperature: float):
-    """Greedy decoding for ``coupled`` (the noise is in the logits), untruncated multinomial sampling otherwise."""
+def _multinomial_config(tokenizer, max_new_tokens: int, temperature: float):
+    """``generate``'s untruncated multinomial sampling at ``temperature`` (the coupled sampler decodes itself)."""
     from transformers import GenerationConfig
 
-    common = dict(
-        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    return GenerationConfig(
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
-    if sampler == "coupled":
-        return GenerationConfig(do_sample=False, **common)
-    return GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common)
 
 
 def _rng_scope(sampler: str, seed: int, device: torch.device):
@@ -194,11 +199,16 @@ class ScoreKeeper:
         self.steps = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.scores is None:
-            self.scores = scores.new_empty(scores.shape[0], self.max_new_tokens, scores.shape[-1], dtype=torch.float32)
-        self.scores[:, self.steps] = scores
-        self.steps += 1
+        self.keep(torch.arange(scores.shape[0], device=scores.device), self.steps, scores)
         return scores
+
+    def keep(self, rows: torch.Tensor, step: int, scores: torch.Tensor) -> None:
+        """Keeps the scores of the batch's rows ``rows`` at ``step`` (all rows run the first step). Rows that ended
+        before a step keep zeros there (:func:`ablate.models.decode.decode` runs only the rows still going)."""
+        if self.scores is None:
+            self.scores = scores.new_zeros(scores.shape[0], self.max_new_tokens, scores.shape[-1], dtype=torch.float32)
+        self.scores[rows, step] = scores
+        self.steps = max(self.steps, step + 1)
 
     def kept(self) -> torch.Tensor | None:
         """The steps taken (a view: generate stops early when every row has ended)."""
@@ -270,7 +280,6 @@ def iter_sample(
     if len(ids) != len(prompts):
         raise ValueError(f"prompt_ids has {len(ids)} ids for {len(prompts)} prompts")
     device = next(model.parameters()).device
-    gen_cfg = _generation_config(tokenizer, sampler, max_new_tokens, temperature)
     if batch_size is None:
         batch_size = sampling_rows(
             model.config,
@@ -290,15 +299,24 @@ def iter_sample(
         enc = tokenizer(
             chat_prompt_texts(tokenizer, chunk), return_tensors="pt", padding=True, add_special_tokens=False
         ).to(device)
-        processors = LogitsProcessorList()
         keeper = ScoreKeeper(max_new_tokens) if keep_scores else None
-        if keeper is not None:
-            processors.append(keeper)  # first: the logits as the model gave them
-        if sampler == "coupled":
-            width = enc["input_ids"].shape[1]
-            processors.append(CoupledGumbel(seed, keys[start : start + batch_size], width, temperature))
         with autocast(device, precision):
-            seqs = model.generate(**enc, generation_config=gen_cfg, logits_processor=processors)
+            if sampler == "coupled":
+                seqs = decode(
+                    model,
+                    enc["input_ids"],
+                    enc["attention_mask"],
+                    max_new_tokens=max_new_tokens,
+                    eos_id=tokenizer.eos_token_id,
+                    pad_id=tokenizer.pad_token_id,
+                    choose=CoupledGumbel(seed, keys[start : start + batch_size], 0, temperature).choose,
+                    ended=None if max_sentences is None else lambda _, ids: settled(tokenizer, ids, max_sentences),
+                    keep=None if keeper is None else keeper.keep,
+                )
+            else:
+                processors = LogitsProcessorList([keeper] if keeper is not None else [])
+                config = _multinomial_config(tokenizer, max_new_tokens, temperature)
+                seqs = model.generate(**enc, generation_config=config, logits_processor=processors)
         sampled = _assemble(chunk, enc, seqs, tokenizer, max_sentences)
         sampled.scores = None if keeper is None else keeper.kept()
         return sampled

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.cache import CacheEntry
+from ablate.models.decode import NAME as DECODER
 from ablate.stop_rule import RULE
 from ablate.tasks.prompts import prompts_fingerprint
 
@@ -46,6 +47,7 @@ class PairSettings:
     sampler: str = "coupled"  # ablate.models.sampling: coupled (keyed by prompt and sample) or multinomial
     max_sentences: int | None = None  # the task's stop rule (ablate.stop_rule); None: EOS or the cap only
     stop_rule: str = RULE  # and the rule itself: another rule, other responses
+    decoder: str = DECODER  # how the coupled sampler decodes (ablate.models.decode)
 
 
 def pair_key(

@@ -11,6 +11,7 @@ import torch
 from ablate.config import EvalConfig, TaskConfig
 from ablate.eval.baseline_cache import BASELINE_FILE, KIND
 from ablate.eval.evaluator import Evaluator
+from ablate.models.decode import NAME as DECODER
 from ablate.models.loading import load_model
 from ablate.stop_rule import RULE
 from ablate.tasks.prompts import make_prompts
@@ -167,6 +168,7 @@ def test_the_safety_threshold_is_not_in_the_key_but_the_judges_identities_are(ti
         "device": "cpu",
         "max_sentences": 1,  # the task's stop rule
         "stop_rule": RULE,
+        "decoder": DECODER,  # the coupled sampler's decode: its rounding, not generate's
     }
 
 
