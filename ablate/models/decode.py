@@ -5,7 +5,7 @@
 tokens under a 64-token cap that is over half of the decode's work (the committed default job: 46% of the positions
 a batch paid for were response tokens). :func:`decode` runs the same model forwards on the same KV cache, but drops
 the rows that have ended from the batch and from the cache (``Cache.batch_select_indices``, transformers' own), so a
-step costs the rows still running.
+step costs the rows still running. Rows that share a prompt (several samples per prompt) share its prefill.
 
 A row's tokens are those ``generate(do_sample=False)`` with the same logits processors would give it: the prefill
 and every step are the same forwards (left-padded prompts, positions counted from each row's first token), and a
@@ -67,7 +67,18 @@ def decode(
     positions = attention_mask.long().cumsum(-1) - 1
     positions.masked_fill_(attention_mask == 0, 1)
     prefill, step_kwargs = _forward_kwargs(model, cache)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **prefill).logits[:, -1]
+    # rows with the same prompt (several samples per prompt) share its prefill: each prompt is run once, and its KV
+    # cache and last logits are copied to its rows
+    prompts, row_prompt = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+    first = torch.full((len(prompts),), n, dtype=torch.long, device=device).scatter_reduce_(
+        0, row_prompt, torch.arange(n, device=device), "amin"
+    )  # a row of each prompt
+    logits = model(
+        input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first], **prefill
+    ).logits[:, -1]
+    if len(first) < n:
+        cache.batch_select_indices(row_prompt)
+    logits = logits[row_prompt]
     rows = torch.arange(n, device=device)
     mask = attention_mask
     steps = 0

@@ -63,20 +63,32 @@ def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_mo
     assert len(seen[-1]) < len(PROMPTS)  # rows were dropped
 
 
-def test_decode_stops_at_the_cap_and_at_eos_alone(tiny_model, tokenizer):
-    """Without ``ended``: every row runs to its EOS or the cap, as ``generate`` does, token for token."""
-    enc, eos, pad = _enc(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
-    width = enc["input_ids"].shape[1]
-    noise = CoupledGumbel(3, KEYS, width, 0.7)
+def test_rows_of_one_prompt_share_its_prefill_and_draw_generates_tokens(tiny_model, tokenizer):
+    """Without ``ended``, every row runs to its EOS or the cap, token for token as ``generate`` runs it; rows with the
+    same prompt (two samples each, keys (prompt, 0) and (prompt, 1)) share one prefill: the first forward has a
+    row per prompt."""
+    prompts = [p for p in PROMPTS for _ in range(2)]
+    enc = tokenizer(chat_prompt_texts(tokenizer, prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    eos, pad, width = tokenizer.eos_token_id, tokenizer.pad_token_id, enc["input_ids"].shape[1]
+    noise = CoupledGumbel(3, [(i, j) for i in range(len(PROMPTS)) for j in range(2)], width, 0.7)
     config = GenerationConfig(do_sample=False, max_new_tokens=STEPS, pad_token_id=pad, eos_token_id=eos)
     want = tiny_model.generate(**enc, generation_config=config, logits_processor=LogitsProcessorList([noise]))
-    got = decode(
-        tiny_model,
-        enc["input_ids"],
-        enc["attention_mask"],
-        max_new_tokens=STEPS,
-        eos_id=eos,
-        pad_id=pad,
-        choose=noise.choose,
+    rows: list[int] = []
+    hook = tiny_model.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(len(kwargs["input_ids"])), with_kwargs=True
     )
+    try:
+        got = decode(
+            tiny_model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            max_new_tokens=STEPS,
+            eos_id=eos,
+            pad_id=pad,
+            choose=noise.choose,
+        )
+    finally:
+        hook.remove()
     assert got.tolist() == want.tolist()
+    assert rows[0] == len(PROMPTS) and rows[1] == len(prompts)
+    assert got[0, width:].tolist() != got[1, width:].tolist()  # one prompt, two keys: two responses
