@@ -72,7 +72,9 @@ def decode(
     prompts, row_prompt = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
     first = torch.full((len(prompts),), n, dtype=torch.long, device=device).scatter_reduce_(
         0, row_prompt, torch.arange(n, device=device), "amin"
-    )  # a row of each prompt
+    )  # each prompt's first row
+    first, order = first.sort()  # prompts in the order of their first rows: distinct prompts keep their order
+    row_prompt = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=device))[row_prompt]
     logits = model(
         input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first], **prefill
     ).logits[:, -1]

@@ -26,8 +26,14 @@ def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_mo
     width = enc["input_ids"].shape[1]
     noise = CoupledGumbel(0, KEYS, width, 1.0)
     config = GenerationConfig(do_sample=False, max_new_tokens=STEPS, pad_token_id=pad, eos_token_id=eos)
-    want = tiny_model.generate(**enc, generation_config=config, logits_processor=LogitsProcessorList([noise]))
-    want = want[:, width:]
+    out = tiny_model.generate(
+        **enc,
+        generation_config=config,
+        logits_processor=LogitsProcessorList([noise]),
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    want, want_logits = out.sequences[:, width:], torch.stack(out.logits, dim=1)  # [rows, steps, V]
     ends_after = [2, 3, 5, 7, 9]  # the row-th response ends after this many tokens (unless its EOS comes first)
     seen: list[list[int]] = []
 
@@ -43,7 +49,7 @@ def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_mo
         pad_id=pad,
         choose=choose,
         ended=lambda row, ids: len(ids) >= ends_after[row],
-        keep=lambda rows, step, logits: seen.append(rows.tolist()),
+        keep=lambda rows, step, logits: seen.append((rows.tolist(), step, logits.clone())),
     )
     assert torch.equal(got[:, :width], enc["input_ids"])
     got = got[:, width:]
@@ -59,8 +65,14 @@ def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_mo
         assert got[row, :same].tolist() == want[row, :same].tolist()
         assert (got[row, n:] == pad).all()
     assert got.shape[1] == max(lengths)
-    assert [sum(row in rows for rows in seen) for row in range(len(PROMPTS))] == lengths
-    assert len(seen[-1]) < len(PROMPTS)  # rows were dropped
+    assert [sum(row in rows for rows, _, _ in seen) for row in range(len(PROMPTS))] == lengths
+    assert len(seen[-1][0]) < len(PROMPTS)  # rows were dropped
+    for rows, step, logits in seen:  # each row's logits are generate's, to float rounding
+        if step < 2:  # row 4's forced EOS changes its later steps
+            assert torch.allclose(logits, want_logits[rows, step], atol=1e-5)
+        else:
+            going = [i for i, r in enumerate(rows) if r != 4]
+            assert torch.allclose(logits[going], want_logits[[rows[i] for i in going], step], atol=1e-5)
 
 
 def test_rows_of_one_prompt_share_its_prefill_and_draw_generates_tokens(tiny_model, tokenizer):
