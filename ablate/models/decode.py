@@ -16,10 +16,11 @@ coupled sampler decodes this way; its choice of token needs a row's key and the 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 import torch
+
+from ablate.models.logprobs import forward_parameters
 
 #: what the caches of sampled responses key on for this decoder: a row's rounding (and so, rarely, a token) can differ
 #: from ``generate``'s, whose samples earlier caches hold
@@ -35,8 +36,7 @@ def _forward_kwargs(model, cache) -> tuple[dict, dict]:
     name the architecture takes (transformers 5.24 renamed ``past_key_values`` to ``cache``, with a deprecation
     period), and ``logits_to_keep=1`` in the prefill where it is taken (the logits of the prompt's last position
     only)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(base.forward).parameters
+    params = forward_parameters(model)
     step = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
     return ({**step, "logits_to_keep": 1} if "logits_to_keep" in params else step), step
 

@@ -8,6 +8,7 @@ fused head is TRL's private business: :mod:`ablate.models.fused_head` installs a
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import torch
@@ -47,12 +48,33 @@ def token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     return head_logprobs(model, batch)
 
 
+def forward_parameters(model: torch.nn.Module) -> set[str]:
+    """The keyword arguments ``model``'s forward names (a peft model's: its base model's, which it passes them to)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return set(inspect.signature(base.forward).parameters)
+
+
 def next_token_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     """[B, T-1, V] float32 next-token logits at each position (unnormalised log-scores: no copy is made
-    when the model's logits are float32; the audit normalises them in float64, a chunk at a time)."""
+    when the model's logits are float32; the audit normalises them in float64, a chunk at a time).
+
+    Positions before the first that scores a response token (:attr:`TokenBatch.target_mask`, in any row) are 0:
+    where the model takes ``logits_to_keep``, its LM head runs from that position on only (a prompt's positions
+    need no vocabulary-wide logits; every caller reads the response positions)."""
+    scored = batch.target_mask.any(0).nonzero()
+    first = int(scored[0]) if len(scored) else 0
+    keep = (
+        {"logits_to_keep": batch.input_ids.shape[1] - first}
+        if first and "logits_to_keep" in forward_parameters(model)
+        else {}
+    )
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-    return logits[:, :-1].float()
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **keep).logits
+    if not keep:
+        return logits[:, :-1].float()
+    out = logits.new_zeros(logits.shape[0], batch.input_ids.shape[1] - 1, logits.shape[-1], dtype=torch.float32)
+    out[:, first:] = logits[:, :-1]
+    return out
 
 
 def next_token_logprobs(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:

@@ -103,3 +103,26 @@ def test_the_multinomial_sampler_leaves_the_global_rng_alone_between_batches(tin
     mine.append(torch.rand(1))
     assert got == want and len(got) == 2
     assert all(torch.equal(a, b) for a, b in zip(alone, mine, strict=True))
+
+
+def test_next_token_logits_run_the_lm_head_from_the_first_response_position_only(tiny_model, tokenizer):
+    """The LM head runs on the positions from the first that scores a response token on (any row's); there the
+    logits are a full forward's (to float rounding), before it 0; a batch scored from its first position (plain
+    text: perplexity) runs it everywhere."""
+    from ablate.batch import TokenBatch
+    from ablate.models.logprobs import next_token_logits
+
+    (b, *_) = _draw(tiny_model, tokenizer)
+    heads: list[int] = []
+    hook = tiny_model.lm_head.register_forward_hook(lambda module, args, out: heads.append(args[0].shape[1]))
+    try:
+        got = next_token_logits(tiny_model, b.batch)
+        full = TokenBatch(b.batch.input_ids, b.batch.attention_mask, b.batch.attention_mask)
+        want = next_token_logits(tiny_model, full)
+    finally:
+        hook.remove()
+    first = int(b.batch.target_mask.any(0).nonzero()[0])
+    width = b.batch.input_ids.shape[1]
+    assert first > 0 and heads == [width - first, width]
+    assert got.shape == want.shape and not got[:, :first].any()
+    assert torch.allclose(got[:, first:], want[:, first:], atol=1e-5)
