@@ -18,6 +18,19 @@ def _enc(tokenizer):
     return tokenizer(chat_prompt_texts(tokenizer, PROMPTS), return_tensors="pt", padding=True, add_special_tokens=False)
 
 
+def _decode(model, tokenizer, enc, choose, **kw):
+    return decode(
+        model,
+        enc["input_ids"],
+        enc["attention_mask"],
+        max_new_tokens=STEPS,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        choose=choose,
+        **kw,
+    )
+
+
 def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_model, tokenizer):
     """Each row's tokens are ``generate``'s (greedy, the coupled sampler's noise) up to its end (``ended``, or an EOS:
     row 4 is made to draw one), pads after it; a row is run (its logits seen) only at the steps before its end, and
@@ -40,14 +53,11 @@ def test_decode_draws_generates_tokens_and_runs_a_row_only_until_it_ends(tiny_mo
     def choose(rows, step, logits):  # row 4 draws EOS at its second step
         return torch.where((rows == 4) & (step == 1), eos, noise.choose(rows, step, logits))
 
-    got = decode(
+    got = _decode(
         tiny_model,
-        enc["input_ids"],
-        enc["attention_mask"],
-        max_new_tokens=STEPS,
-        eos_id=eos,
-        pad_id=pad,
-        choose=choose,
+        tokenizer,
+        enc,
+        choose,
         ended=lambda row, ids: len(ids) >= ends_after[row],
         keep=lambda rows, step, logits: seen.append((rows.tolist(), step, logits.clone())),
     )
@@ -90,15 +100,7 @@ def test_rows_of_one_prompt_share_its_prefill_and_draw_generates_tokens(tiny_mod
         lambda module, args, kwargs, out: rows.append(len(kwargs["input_ids"])), with_kwargs=True
     )
     try:
-        got = decode(
-            tiny_model,
-            enc["input_ids"],
-            enc["attention_mask"],
-            max_new_tokens=STEPS,
-            eos_id=eos,
-            pad_id=pad,
-            choose=noise.choose,
-        )
+        got = _decode(tiny_model, tokenizer, enc, noise.choose)
     finally:
         hook.remove()
     assert got.tolist() == want.tolist()
