@@ -41,6 +41,21 @@ def _forward_kwargs(model, cache) -> tuple[dict, dict]:
     return ({**step, "logits_to_keep": 1} if "logits_to_keep" in params else step), step
 
 
+def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's distinct prompts, for a shared prefill (several samples per prompt): each one's first row, in row
+    order (distinct prompts keep theirs), and each row's prompt's index among them."""
+    _, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+    firsts: dict[int, int] = {}  # a distinct prompt's torch.unique index -> its first row
+    for row, u in enumerate(inverse.tolist()):
+        firsts.setdefault(u, row)
+    index = {u: i for i, u in enumerate(firsts)}
+    device = input_ids.device
+    return (
+        torch.tensor(list(firsts.values()), device=device),
+        torch.tensor([index[u] for u in inverse.tolist()], device=device),
+    )
+
+
 @torch.no_grad()
 def decode(
     model,
@@ -60,25 +75,18 @@ def decode(
     still running, before ``choose``."""
     from transformers import DynamicCache
 
-    n, width = input_ids.shape
+    n = input_ids.shape[0]
     device = input_ids.device
     out = torch.full((n, max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
     cache = DynamicCache(config=model.config)
     positions = attention_mask.long().cumsum(-1) - 1
     positions.masked_fill_(attention_mask == 0, 1)
     prefill, step_kwargs = _forward_kwargs(model, cache)
-    # rows with the same prompt (several samples per prompt) share its prefill: each prompt is run once, and its KV
-    # cache and last logits are copied to its rows
-    prompts, row_prompt = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
-    first = torch.full((len(prompts),), n, dtype=torch.long, device=device).scatter_reduce_(
-        0, row_prompt, torch.arange(n, device=device), "amin"
-    )  # each prompt's first row
-    first, order = first.sort()  # prompts in the order of their first rows: distinct prompts keep their order
-    row_prompt = torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=device))[row_prompt]
+    first, row_prompt = _prompts(input_ids, attention_mask)
     logits = model(
         input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first], **prefill
     ).logits[:, -1]
-    if len(first) < n:
+    if len(first) < n:  # each prompt's KV cache and last logits copied to its rows
         cache.batch_select_indices(row_prompt)
     logits = logits[row_prompt]
     rows = torch.arange(n, device=device)
