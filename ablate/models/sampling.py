@@ -8,10 +8,10 @@ Two samplers:
 
 - ``coupled`` (the default): Gumbel-max with noise keyed by (seed, prompt id, sample index, position, token)
   (:mod:`ablate.models.coupled`), decoded by :func:`ablate.models.decode.decode`, which stops running a row once
-  its response has ended (its EOS, or the stop rule has :func:`ablate.stop_rule.settled` it). A row's response depends only on its key and
-  the model, not on the batch it is in (in exact arithmetic, and in fp32 here; in bf16 a matmul's rounding
-  depends on its rows, so callers that cache samples key on the rows); two models that agree give the same
-  responses. The global RNG is not used.
+  its response has ended (its EOS, or the stop rule has :func:`ablate.stop_rule.settled` it). A row's response
+  depends only on its key and the model, not on the batch it is in (in exact arithmetic, and in fp32 here; in bf16
+  a matmul's rounding depends on its rows, so callers that cache samples key on the rows); two models that agree
+  give the same responses. The global RNG is not used.
 - ``multinomial``: ``generate(do_sample=True)`` under ``torch.manual_seed(seed)`` (in a forked RNG), the former
   sampler, kept as a baseline: its draws depend on the batch size and composition.
 
