@@ -3,8 +3,9 @@ full reference), per regime (Gao et al.'s axes), and where each run's gold rewar
 
 Per run (:func:`run_points`): the evaluation at which the gold gain (``reward_delta``, the paired difference from the
 SFT model's coupled samples, 0 at step 0) is highest, with its step and true KL; the last evaluation's KL, gold gain,
-proxy gain (``reward_proxy`` minus the run's own step-0 value) and degenerate share; and the first evaluation at which
-at least :data:`COLLAPSE` of the responses are degenerate (the collapse). Per regime (:func:`regime_table`): each of
+proxy gain (``reward_proxy`` minus the run's own step-0 value), degenerate share and variety (the distinct bigrams of
+one response per prompt, over the run's step 0's: :data:`TEMPLATE`); and the first evaluation at which at least
+:data:`COLLAPSE` of the responses are degenerate or the variety is at most :data:`TEMPLATE` (the collapse). Per regime (:func:`regime_table`): each of
 those with its mean and 95% Student-t interval over seeds, and the fit of Gao et al.'s RL form
 ``R(d) = d (alpha - beta ln d)``, ``d = sqrt(KL)``, to every evaluation of every seed, whose maximum sits at
 ``d* = exp(alpha / beta - 1)`` (:func:`gao_fit`). A regime's figures are only as good as its evaluations: the peak is
@@ -22,33 +23,39 @@ import pandas as pd
 from ablate.tracking import schema
 from analysis.figure_style import LABEL_SEP, ordered, plt, regime_colors, save
 from analysis.markdown import md_table, num, span
+from analysis.samples import first_response_distinct_2
 from analysis.stats import t_interval
 
 KL, GOLD, PROXY = schema.logged("kl_true"), schema.logged("reward_delta"), schema.logged("reward_proxy")
-DEGENERATE, DISTINCT = schema.logged("degenerate_rate"), schema.logged("distinct_2")
-#: a run has collapsed at the first evaluation where at least this share of its responses are degenerate
+DEGENERATE = schema.logged("degenerate_rate")
+#: a run has collapsed at the first evaluation where at least this share of its responses are degenerate (each
+#: repeats itself) ...
 COLLAPSE = 0.5
+#: ... or where the responses have collapsed onto a template: the distinct bigrams of one response per prompt at
+#: most this share of the run's step 0's (a quarter of the SFT model's bigram variety lost; how it was chosen:
+#: sweeps/drift_calibration.yaml)
+TEMPLATE = 0.75
 #: per-run columns summarised over seeds in :func:`regime_table`, in its order
-SUMMARISED = ("end_kl", "end_gold", "end_proxy", "end_degenerate", "peak_gold", "peak_kl", "peak_step")
+SUMMARISED = ("end_kl", "end_gold", "end_proxy", "end_degenerate", "end_variety", "peak_gold", "peak_kl", "peak_step")
 CAPTION = (
     "Left: the gold reward's gain over the SFT model (paired, on coupled samples) against the square root of the "
     "true KL to the full reference, at each evaluation (Gao et al.'s axes); dashed: Gao et al.'s RL form "
     "d (alpha - beta ln d) fitted to each regime's evaluations. Middle: the proxy (learned) reward's gain over the "
     "run's own step 0, same axis: a proxy that keeps rising while the gold falls is being gamed. Right: the share of "
-    "degenerate responses (half their bigrams repeats; solid) and of distinct bigrams over all the step's responses "
-    "(dotted: it falls when the responses collapse onto one template, and also when an evaluation draws more "
-    "responses) at each step. Lines: mean over seeds; bands: the lowest to the "
-    "highest seed."
+    "degenerate responses (half their bigrams repeats; solid) and the variety (dotted: the distinct bigrams of one "
+    "response per prompt over the run's step 0's; it falls when the responses collapse onto one template) at each "
+    "step, with the collapse thresholds (grey). Lines: mean over seeds; bands: the lowest to the highest seed."
 )
 
 
 def evaluations(curves: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, evaluation): ``path, condition, regime, seed, step, kl, sqrt_kl, gold, proxy, degenerate,
-    distinct`` (distinct bigrams, a share);
-    ``proxy`` is the gain over the run's own step-0 evaluation (NaN without one, or without a proxy)."""
+    variety``; ``proxy`` is the gain over the run's own step-0 evaluation (NaN without one, or without a proxy),
+    ``variety`` the distinct bigrams of one response per prompt (from the run's samples) over its step 0's (NaN
+    without them)."""
     cols = ["path", "condition", "regime", "seed", "step"]
     if curves.empty or KL not in curves or GOLD not in curves:
-        return pd.DataFrame(columns=[*cols, "kl", "sqrt_kl", "gold", "proxy", "degenerate", "distinct"])
+        return pd.DataFrame(columns=[*cols, "kl", "sqrt_kl", "gold", "proxy", "degenerate", "variety"])
     ev = curves[curves[KL].notna()].sort_values(["path", "step"])
     out = ev[cols].copy()
     out["kl"] = ev[KL].astype(float)
@@ -58,12 +65,16 @@ def evaluations(curves: pd.DataFrame) -> pd.DataFrame:
     start = raw.where(ev["step"] == 0).groupby(ev["path"]).transform("first")
     out["proxy"] = raw - start
     out["degenerate"] = ev[DEGENERATE].astype(float) if DEGENERATE in ev else math.nan
-    out["distinct"] = ev[DISTINCT].astype(float) if DISTINCT in ev else math.nan
+    out["variety"] = [math.nan] * len(out)
+    for path, rows in out.groupby("path").groups.items():
+        distinct = first_response_distinct_2(path) if isinstance(path, str) and Path(path).is_dir() else {}
+        start = distinct.get(0, math.nan)
+        out.loc[rows, "variety"] = [distinct.get(int(s), math.nan) / start for s in out.loc[rows, "step"]]
     return out.reset_index(drop=True)
 
 
 def _collapse_step(g: pd.DataFrame) -> float:
-    hit = g[g["degenerate"] >= COLLAPSE]
+    hit = g[(g["degenerate"] >= COLLAPSE) | (g["variety"] <= TEMPLATE)]
     return float(hit["step"].iloc[0]) if len(hit) else math.nan
 
 
@@ -87,6 +98,7 @@ def run_points(ev: pd.DataFrame) -> pd.DataFrame:
                 "end_gold": end["gold"],
                 "end_proxy": end["proxy"],
                 "end_degenerate": end["degenerate"],
+                "end_variety": end["variety"],
                 "peak_step": float(peak["step"]),
                 "peak_kl": peak["kl"],
                 "peak_gold": peak["gold"],
@@ -136,7 +148,13 @@ def regime_table(ev: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 
 
 #: per-run columns compared with the baseline's run of the same seed: (column, "ratio" | "difference")
-PAIRED = (("end_kl", "ratio"), ("peak_kl", "ratio"), ("end_gold", "difference"), ("end_degenerate", "difference"))
+PAIRED = (
+    ("end_kl", "ratio"),
+    ("peak_kl", "ratio"),
+    ("end_gold", "difference"),
+    ("end_degenerate", "difference"),
+    ("end_variety", "difference"),
+)
 
 
 def against_baseline(points: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
@@ -190,14 +208,14 @@ def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = No
             d = np.linspace(1e-3, float(mean["sqrt_kl"].max()), 100)
             a, b = row["gao_alpha"].iloc[0], row["gao_beta"].iloc[0]
             axes[0].plot(d, d * (a - b * np.log(d)), "--", color=c, lw=0.8)
-        for y, style in (("degenerate", "-o"), ("distinct", ":s")):
+        for y, style in (("degenerate", "-o"), ("variety", ":s")):
             if mean[y].notna().any():
                 axes[2].plot(mean.index, mean[y], style, color=c, ms=3, label=regime if y == "degenerate" else None)
                 axes[2].fill_between(mean.index, lo[y], hi[y], color=c, alpha=0.15, lw=0)
     labels = (
         ("sqrt(true KL to the full reference), sqrt(nats)", "gold reward gain over SFT (VADER, paired)"),
         ("sqrt(true KL to the full reference), sqrt(nats)", "proxy reward gain over step 0"),
-        ("optimiser step", "share: degenerate responses (solid), distinct bigrams (dotted)"),
+        ("optimiser step", "degenerate share (solid), variety vs step 0 (dotted)"),
     )
     for ax, (x, y) in zip(axes, labels):
         ax.set_xlabel(x)
@@ -205,6 +223,7 @@ def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = No
         ax.grid(alpha=0.3)
     axes[0].axhline(0, color="grey", lw=0.8)
     axes[2].axhline(COLLAPSE, color="grey", lw=0.8, ls="--")
+    axes[2].axhline(TEMPLATE, color="grey", lw=0.8, ls=":")
     axes[0].legend(fontsize=7, ncol=2)
     head = "over-optimisation: gold and proxy reward against sqrt(KL)"
     fig.suptitle(f"{title}: {head}" if title else head)
@@ -239,16 +258,18 @@ def section(
         "## Over-optimisation: where the gold reward peaked",
         "",
         "Per regime, over seeds (mean [95% t interval]): the last evaluation's true KL, gold gain over the SFT model, "
-        "proxy gain over the run's step 0 and degenerate share; the evaluation where each run's gold gain peaked "
-        "(its gain, KL and step); how many seeds peaked before their last evaluation, and how many collapsed (at "
-        f"least {num(COLLAPSE)} of the responses degenerate; the mean step at which they did); the KL at the peak of "
+        "proxy gain over the run's step 0, degenerate share and variety (the distinct bigrams of one response per "
+        "prompt over the run's step 0's); the evaluation where each run's gold gain peaked (its gain, KL and step); "
+        "how many seeds peaked before their last evaluation, and how many collapsed (at least "
+        f"{num(COLLAPSE)} of the responses degenerate, or the variety at most {num(TEMPLATE)}: collapsed onto a "
+        "template; the mean step at which they first did); the KL at the peak of "
         "Gao et al.'s RL form fitted to the regime's evaluations (n/a: the fit does not turn down within the evaluated "
         "KL). The peak is one "
         "of the evaluated steps.",
         "",
     ]
-    header = ["regime", "seeds", "end KL", "end gold gain", "end proxy gain", "end degenerate", "peak gold gain",
-              "KL at peak", "step at peak", "peaked early", "collapsed (step)", "Gao peak KL"]  # fmt: skip
+    header = ["regime", "seeds", "end KL", "end gold gain", "end proxy gain", "end degenerate", "end variety",
+              "peak gold gain", "KL at peak", "step at peak", "peaked early", "collapsed (step)", "Gao peak KL"]  # fmt: skip
     for cond, t in table.groupby("condition", sort=False):
         rows = [
             [
@@ -276,6 +297,7 @@ def section(
                         "KL-at-peak ratio",
                         "end gold diff.",
                         "end degenerate diff.",
+                        "end variety diff.",
                     ],  # fmt: skip
                     [
                         [f"`{r['regime']}`", str(int(r["n_paired"]))]

@@ -1,8 +1,9 @@
 """The recheck of a report's ``overoptimisation.csv`` from its runs' ``samples.jsonl``, every evaluation step of them,
 without :mod:`analysis.overoptimisation` (its rules restated here): per step, the gold gain (the mean over prompts of
-each prompt's mean policy-minus-SFT reward), the true KL, the proxy reward and the share of degenerate responses
-(half their word bigrams repeat an earlier one, or none); per run, the first highest gold gain, the last evaluation
-and the first step with at least half the responses degenerate; per regime, the means over seeds with their 95%
+each prompt's mean policy-minus-SFT reward), the true KL, the proxy reward, the share of degenerate responses
+(half their word bigrams repeat an earlier one, or none) and the variety (the distinct word bigrams of the responses
+with sample index 0 over all their bigrams, over step 0's); per run, the first highest gold gain, the last evaluation
+and the first step with at least half the responses degenerate or a variety of at most three quarters; per regime, the means over seeds with their 95%
 Student-t intervals and the counts. A figure the samples cannot give (runs older than the proxy's column) is left
 unchecked."""
 
@@ -20,17 +21,26 @@ from scipy.stats import t as scipy_t
 from analysis.recheck_base import Findings, _f, mean_of, per_prompt
 
 _WORD = re.compile(r"\w+")
-_COLLAPSE = 0.5
+_COLLAPSE, _TEMPLATE = 0.5, 0.75
+
+
+def _bigrams(text: str) -> list[tuple[str, str]]:
+    w = _WORD.findall(str(text).lower())
+    return list(zip(w, w[1:]))
 
 
 def _degenerate(text: str) -> float:
-    w = _WORD.findall(str(text).lower())
-    grams = list(zip(w, w[1:]))
+    grams = _bigrams(text)
     return 1.0 if not grams or 1 - len(set(grams)) / len(grams) >= _COLLAPSE else 0.0
 
 
+def _distinct(texts: list[str]) -> float:
+    grams = [g for t in texts for g in _bigrams(t)]
+    return len(set(grams)) / len(grams) if grams else math.nan
+
+
 def steps(run: Path) -> list[dict]:
-    """Per evaluation step of ``run/samples.jsonl``, in step order: ``step, kl, gold, proxy, degenerate``."""
+    """Per evaluation step of ``run/samples.jsonl``, in step order: ``step, kl, gold, proxy, degenerate, variety``."""
     f = run / "samples.jsonl"
     rows = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()] if f.is_file() else []
     out = []
@@ -44,24 +54,28 @@ def steps(run: Path) -> list[dict]:
                 "gold": mean_of(per_prompt(at, lambda r: _f(r["policy_reward"]) - _f(r["sft_reward"])).values()),
                 "proxy": math.fsum(_f(r["policy_proxy_reward"]) for r in at) / len(at) if proxy else math.nan,
                 "degenerate": math.fsum(_degenerate(r["policy_response"]) for r in at) / len(at),
+                "variety": _distinct([r["policy_response"] for r in at if int(r.get("sample", 0)) == 0]),
             }
         )
     if out:
-        start = out[0]["proxy"] if out[0]["step"] == 0 else math.nan
+        start = out[0] if out[0]["step"] == 0 else {"proxy": math.nan, "variety": math.nan}
+        first_proxy, first_variety = start["proxy"], start["variety"]
         for s in out:
-            s["proxy"] -= start
+            s["proxy"] -= first_proxy
+            s["variety"] /= first_variety
     return out
 
 
 def _run(evals: list[dict]) -> dict:
     gold = [e["gold"] for e in evals]
     peak, end = evals[int(np.nanargmax(gold))], evals[-1]
-    hit = [e["step"] for e in evals if e["degenerate"] >= _COLLAPSE]
+    hit = [e["step"] for e in evals if e["degenerate"] >= _COLLAPSE or e["variety"] <= _TEMPLATE]
     return {
         "end_kl": end["kl"],
         "end_gold": end["gold"],
         "end_proxy": end["proxy"],
         "end_degenerate": end["degenerate"],
+        "end_variety": end["variety"],
         "peak_gold": peak["gold"],
         "peak_kl": peak["kl"],
         "peak_step": peak["step"],
@@ -85,7 +99,7 @@ def _paired(what: str, row, mine: dict, base: dict, found: Findings, rtol: float
     seeds = sorted(set(mine) & set(base))
     found.compare(f"{what}: seeds paired", _f(row["n_paired"]), float(len(seeds)), rtol)
     for col, kind in (("end_kl", "ratio"), ("peak_kl", "ratio"), ("end_gold", "difference"),
-                      ("end_degenerate", "difference")):  # fmt: skip
+                      ("end_degenerate", "difference"), ("end_variety", "difference")):  # fmt: skip
         if kind == "ratio":
             logs = [math.log(mine[s][col] / base[s][col]) for s in seeds if mine[s][col] > 0 and base[s][col] > 0]
             again = tuple(math.exp(v) for v in _t(logs))
@@ -121,7 +135,8 @@ def recheck_overoptimisation(
             _paired(what, row, {s: _run(e) for s, e in evals.items()}, base, found, rtol)
         found.rows += 1
         found.compare(f"{what}: seeds", _f(row["n_seeds"]), float(len(per_run)), rtol)
-        for col in ("end_kl", "end_gold", "end_proxy", "end_degenerate", "peak_gold", "peak_kl", "peak_step"):
+        for col in ("end_kl", "end_gold", "end_proxy", "end_degenerate", "end_variety", "peak_gold", "peak_kl",
+                    "peak_step"):  # fmt: skip
             values = [r[col] for r in per_run]
             if col == "end_proxy" and not all(math.isfinite(v) for v in values):
                 continue  # runs older than the proxy's column in the samples

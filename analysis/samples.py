@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.eval.metrics import win_score
+from ablate.eval.metrics import distinct_n, win_score
 from ablate.tracking.run_dir import SAMPLES_FILE
 
 #: the metrics samples.jsonl gives per prompt
@@ -36,17 +36,32 @@ def _num(v) -> float:
     return math.nan if v is None else float(v)
 
 
-def read_samples(path: str | Path) -> list[dict] | None:
-    """The rows of ``samples.jsonl`` of the last evaluation step in it; None when the run folder has none."""
+def _all_rows(path: str | Path) -> list[dict]:
     f = Path(path) / SAMPLES_FILE
     if not f.is_file():
-        return None
+        return []
     rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = [r for r in rows if isinstance(r, dict) and "prompt" in r]
+    return [r for r in rows if isinstance(r, dict) and "prompt" in r]
+
+
+def read_samples(path: str | Path) -> list[dict] | None:
+    """The rows of ``samples.jsonl`` of the last evaluation step in it; None when the run folder has none."""
+    rows = _all_rows(path)
     if not rows:
         return None
     last = max(int(r.get("step", 0)) for r in rows)
     return [r for r in rows if int(r.get("step", 0)) == last]
+
+
+def first_response_distinct_2(path: str | Path) -> dict[int, float]:
+    """Per evaluation step of the run's ``samples.jsonl``: the distinct word bigrams
+    (:func:`ablate.eval.metrics.distinct_n`) over each prompt's first response (``sample`` 0), so that every
+    evaluation counts the same number of responses however many it drew; ``{}`` without samples."""
+    texts: dict[int, list[str]] = {}
+    for r in _all_rows(path):
+        if int(r.get("sample", 0)) == 0:
+            texts.setdefault(int(r.get("step", 0)), []).append(str(r.get("policy_response", "")))
+    return {step: distinct_n(t, 2) for step, t in sorted(texts.items())}
 
 
 def prompt_values(rows: list[dict]) -> pd.DataFrame:

@@ -26,7 +26,15 @@ def _gao(kl: float) -> float:
 
 
 PROMPTS = 4
-DEGENERATE, FINE = "so happy so happy so happy", "A calm and lovely day."
+DEGENERATE = "so happy so happy so happy"
+#: one varied response per prompt: no bigram shared, none repeated
+FINE = (
+    "A calm and lovely day.",
+    "The film was warm and kind.",
+    "Bright music, fine actors too.",
+    "Quiet scenes reward patience.",
+)
+TEMPLATE = "In the film, the director's use of light"  # not degenerate: the same words for every prompt
 
 
 def _degenerate(i: int, seed: int, over: bool) -> int:
@@ -54,7 +62,7 @@ def _write(root, regime: str, seed: int, over: bool) -> None:
                 "step": 20 * i,
                 "prompt": f"review of film {p}",
                 "sample": 0,
-                "policy_response": DEGENERATE if p < bad else FINE,
+                "policy_response": DEGENERATE if p < bad else FINE[p],
                 "policy_reward": 0.1 * p + gold + 0.01 * (p - 1.5),
                 "sft_reward": 0.1 * p,
                 "policy_proxy_reward": proxy + 0.02 * (p - 1.5),
@@ -90,9 +98,10 @@ def sweep(tmp_path):
 def test_each_runs_peak_end_and_collapse(sweep):
     ev = oo.evaluations(load_runs(sweep).curves)
     assert len(ev) == 6 * len(KLS)
-    by = ev.set_index(["regime", "seed", "step"])["distinct"]  # the figure's collapse onto a template
-    assert by[("none", 0, 20 * (len(KLS) - 1))] == pytest.approx(0.9 - 0.1 * (len(KLS) - 1))
-    assert by[("full", 0, 20 * (len(KLS) - 1))] == pytest.approx(0.9)
+    by = ev.set_index(["regime", "seed", "step"])["variety"]  # distinct bigrams of one response a prompt / step 0's
+    assert by[("full", 0, 20 * (len(KLS) - 1))] == pytest.approx(1.0)
+    # 3 of its 4 responses degenerate (5 bigrams, 2 distinct), the fourth FINE[3] (3 distinct)
+    assert by[("none", 0, 20 * (len(KLS) - 1))] == pytest.approx((2 + 3) / (3 * 5 + 3))
     pts = oo.run_points(ev).set_index(["regime", "seed"])
     for seed in range(3):
         s = 1.0 + 0.1 * seed
@@ -107,6 +116,39 @@ def test_each_runs_peak_end_and_collapse(sweep):
         assert none["collapse_step"] == 20 * (4 - seed)  # 2 of its 4 responses degenerate
         full = pts.loc[("full", seed)]
         assert full["peak_step"] == 100 and not full["peaked_early"] and math.isnan(full["collapse_step"])
+
+
+def test_a_run_collapsed_onto_a_template_has_collapsed_though_no_response_repeats_itself(tmp_path):
+    """Varied responses at steps 0 and 20, then the same words for every prompt from step 40 (nothing degenerate):
+    the variety falls to a quarter and the run has collapsed at step 40; a run whose responses stay varied keeps its
+    variety; the recheck, from the samples, agrees."""
+    from analysis.recheck import recheck
+
+    for regime, template_from in (("none", 2), ("full", None)):
+        folder = RunFolder(tmp_path / "sweep" / f"ref={regime},seed=0")
+        folder.write_config({"ref": {"name": regime}, "algo": {"name": "grpo"}, "model": {"name": "tiny"}, "seed": 0})
+        rows = []
+        for i in range(4):
+            texts = [TEMPLATE] * PROMPTS if template_from is not None and i >= template_from else list(FINE)
+            rows += [{"step": 20 * i, "prompt": f"p{p}", "sample": 0, "policy_response": t, "policy_reward": 0.1 * i,
+                      "sft_reward": 0.0, "kl_true": 0.5 * i} for p, t in enumerate(texts)]  # fmt: skip
+            folder.log_metrics(20 * i, {"kl/true": 0.5 * i, "eval/reward_delta": 0.1 * i, "eval/degenerate_rate": 0.0})
+        folder.write_samples(rows)
+        s = {k: 0.5 for k in SUMMARY_KEYS}
+        s.update(status="finished", reason="", steps=60, regime=regime, algo="grpo", model="tiny", seed=0)
+        folder.write_summary(s)
+    ev = oo.evaluations(load_runs(tmp_path / "sweep").curves)
+    pts = oo.run_points(ev).set_index("regime")
+    assert pts.loc["none", "end_variety"] == pytest.approx((7 / 28) / 1.0) and pts.loc["none", "end_degenerate"] == 0
+    assert pts.loc["none", "collapse_step"] == 40
+    assert pts.loc["full", "end_variety"] == 1.0 and math.isnan(pts.loc["full", "collapse_step"])
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "sweep"), "--out", str(out), "--title", "template"]) == 0
+    table = pd.read_csv(out / "overoptimisation.csv").set_index("regime")
+    assert table.loc["none", "collapsed"] == 1 and table.loc["none", "end_variety_difference"] == pytest.approx(
+        7 / 28 - 1
+    )
+    assert [e for e in recheck([tmp_path / "sweep"], out, n_boot=200).errors if e.startswith("overoptimisation")] == []
 
 
 def test_the_regime_table_has_t_intervals_over_seeds_and_gaos_fit(sweep):
@@ -183,9 +225,10 @@ def test_the_recheck_recomputes_the_table_from_the_samples_and_catches_an_edit(s
     table.loc[table["regime"] == "none", "peak_kl_hi"] += 0.01
     table.loc[table["regime"] == "none", "collapsed"] = 2
     table.loc[table["regime"] == "none", "end_kl_ratio_lo"] *= 1.01
+    table.loc[table["regime"] == "none", "end_variety"] += 0.01
     table.to_csv(out / "overoptimisation.csv", index=False)
     errors = [e for e in recheck([sweep], out, n_boot=200).errors if e.startswith("overoptimisation")]
-    assert sorted(e.split(": ")[3] for e in errors) == ["collapsed", "end_kl_ratio_lo", "peak_kl_hi"]
+    assert sorted(e.split(": ")[3] for e in errors) == ["collapsed", "end_kl_ratio_lo", "end_variety", "peak_kl_hi"]
 
 
 def test_the_recheck_does_not_import_the_code_it_checks():
