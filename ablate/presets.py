@@ -21,16 +21,35 @@ def preset_files() -> dict[str, Path]:
     return {p.stem: p for p in sorted(sweeps_dir().glob("*.yaml"))}
 
 
-def load(name: str) -> DictConfig:
+def parents(node: DictConfig) -> list[str]:
+    """The presets a preset extends: the plain names in its ``defaults`` list (``- drift_calibration``, a preset
+    of the same group, which Hydra composes before it; ``override /ref: ema`` entries choose a group instead)."""
+    return [str(d) for d in node.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+
+
+def load(name: str, _within: tuple[str, ...] = ()) -> DictConfig:
+    """A preset as Hydra composes it: the presets it extends (:func:`parents`) first, then its own settings, which
+    win (``_self_`` last); its grid keeps the order of first appearance, as Hydra's merge does."""
+    from ablate.errors import ConfigError
+
     files = preset_files()
     if name not in files:
-        from ablate.errors import ConfigError
-
         raise ConfigError(f"unknown sweep {name!r} (choose from: {', '.join(files)})")
+    if name in _within:
+        raise ConfigError(f"sweep {name!r} extends itself: {' -> '.join((*_within, name))}")
     from ablate.lists import register_resolvers
 
     register_resolvers()  # a grid may read the registries' lists (ablate.lists)
-    return OmegaConf.load(files[name])
+    node = OmegaConf.load(files[name])
+    names = parents(node)
+    if not names:
+        return node
+    defaults = list(node.defaults)
+    if "_self_" in defaults and defaults.index("_self_") != len(defaults) - 1:
+        raise ConfigError(f"sweep {name!r}: put _self_ last in its defaults (its own settings win)")
+    merged = OmegaConf.merge(*(load(n, (*_within, name)) for n in names), node)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def register_presets() -> None:

@@ -29,19 +29,21 @@ MOST_OF_EFFECT = 0.5  # a margin above this share of the effect is warned of
 
 
 def plan_of(runs: pd.DataFrame) -> dict | None:
-    """The plan the runs declare (``primary``, ``margins``, ``seeds``, ``basis``), None where none declares one; a
-    ValueError where they declare different ones (or some do and some do not)."""
+    """The plan the runs declare (``primary``, ``margins``, ``seeds``, ``basis``, and ``jobs``: how many of the
+    runs declare it, of ``of``), None where none declares one; a ValueError where they declare different ones. Runs
+    that declare none beside runs that do (a baseline from an earlier sweep) leave the plan to the others, and
+    ``jobs < of`` says so."""
     cols = [c for c in runs if c.startswith(PREFIX)]
-    plans = set()
-    for _, row in runs[cols].iterrows():
-        plans.add(tuple((c.removeprefix(PREFIX), row[c]) for c in cols if not _empty(row[c])))  # config order
-    declared = [p for p in plans if p]
+    each = [
+        tuple((c.removeprefix(PREFIX), row[c]) for c in cols if not _empty(row[c])) for _, row in runs[cols].iterrows()
+    ]
+    declared = sorted({p for p in each if p}, key=each.index)  # config order
     if not declared:
         return None
-    if len(plans) > 1:
+    if len(declared) > 1:
         raise ValueError(
-            f"the runs declare {len(declared)} different plans{' (some none)' if len(declared) < len(plans) else ''}: "
-            "report them separately, or give every margin with --margin"
+            f"the runs declare {len(declared)} different plans: report them separately, or give every margin "
+            "with --margin"
         )
     items = dict(declared[0])
     seeds = items.get("seeds")
@@ -50,6 +52,8 @@ def plan_of(runs: pd.DataFrame) -> dict | None:
         margins={k.removeprefix("margins."): str(v) for k, v in items.items() if k.startswith("margins.")},
         seeds=None if seeds is None else int(seeds),
         basis=str(items.get("basis", "")),
+        jobs=sum(bool(p) for p in each),
+        of=len(each),
     )
 
 
@@ -75,6 +79,11 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
         + (f"; primary `{plan['primary']}`" if plan.get("primary") else "")
         + (f"; {plan['seeds']} seeds planned" if plan.get("seeds") else "")
         + (f"; basis: {plan['basis']}" if plan.get("basis") else "")
+        + (
+            f" (declared by {plan['jobs']} of the {plan['of']} jobs; the others, run earlier, declare none)"
+            if plan.get("jobs", 0) < plan.get("of", 0)
+            else ""
+        )
     ]
     changed = [m for m in given if m in declared and given[m] != declared[m]]
     if changed:

@@ -55,6 +55,18 @@ def test_runs_that_declare_different_plans_are_one_line(tmp_path, capsys):
                    "margin with --margin"]  # fmt: skip
 
 
+def test_a_plan_some_runs_declare_is_the_reports_and_says_who_declared_it(tmp_path):
+    """A baseline from an earlier sweep (no plan) beside the runs that declare one: their plan applies, and the
+    report says how many jobs declared it."""
+    for seed in (0, 1):
+        write_run(tmp_path / "s", "full", seed, samples(seed, 8))
+        write_run(tmp_path / "s", "int8", seed, samples(seed, 8, shift=0.01), config=PLAN)
+    text = _report(tmp_path / "s", tmp_path / "r")
+    assert "basis: 25% of full's effect (declared by 2 of the 4 jobs; the others, run earlier, declare none)" in text
+    eq = pd.read_csv(tmp_path / "r" / "equivalence.csv").set_index(["regime", "metric"])
+    assert eq.loc[("int8", "reward_delta"), "margin"] == pytest.approx(0.02)
+
+
 def test_a_margin_above_half_of_the_baselines_effect_is_warned_of(tmp_path):
     """The synthetic `full` wins against its SFT sample about half the time: a ±0.05 win-rate margin is far more
     than half of an effect near 0; its reward gain (near 0 too) is warned of with the declared 0.02."""

@@ -42,6 +42,39 @@ def test_presets_combine_and_the_command_line_wins():
     assert {frozenset(j) for j in first} == {frozenset(j) for j in every if "seed=0" in j}
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_each_presets_grid_is_the_one_hydra_composes(name):
+    """The grid the pre-flight checks and the W&B file read (presets.grid) is Hydra's own, key order included (the
+    order the basic sweeper runs the jobs in), also for a preset that extends another."""
+    from ablate.compose import compose_raw
+
+    hydra = compose_raw(f"+sweep={name}", "model=tiny", hydra=True).hydra
+    assert {str(k): str(v) for k, v in hydra.sweeper.params.items()} == presets.grid([name])
+    assert list(hydra.sweeper.params) == list(presets.grid([name]))
+
+
+def test_a_preset_extends_another_and_wins_on_its_keys():
+    from tests.conftest import compose
+
+    assert presets.parents(presets.load("report_drift")) == ["drift_calibration"]
+    grid = presets.grid(["report_drift"])
+    assert (grid["algo"], grid["algo.reward"], grid["algo.learning_rate"]) == ("grpo", "learned", "3e-05")
+    assert list(grid)[-1] == "seed" and "none" not in grid["ref"]
+    cfg = compose("+sweep=report_drift", "algo=grpo", "ref=int8")
+    assert (cfg.algo.max_steps, cfg.model.precision, cfg.eval.interval) == (160, "fp32", 20)
+    assert "algo.max_steps=160" in presets.fixed_overrides("report_drift")
+
+
+def test_a_preset_that_extends_itself_is_one_line(tmp_path, monkeypatch):
+    from ablate.errors import ConfigError
+
+    (tmp_path / "a.yaml").write_text("defaults:\n  - b\n  - _self_\n")
+    (tmp_path / "b.yaml").write_text("defaults:\n  - a\n")
+    monkeypatch.setattr(presets, "sweeps_dir", lambda: tmp_path)
+    with pytest.raises(ConfigError, match="sweep 'a' extends itself: a -> b -> a"):
+        presets.load("a")
+
+
 def test_a_preset_fixes_its_settings():
     from tests.conftest import compose
 
