@@ -19,13 +19,13 @@ def num(x: float) -> str:
     return f"{x:.2e}"
 
 
-def span(mean: float, lo: float, hi: float) -> str:
-    """``mean [lo, hi]``; the mean alone when the interval is missing or has no width."""
+def span(mean: float, lo: float, hi: float, fmt=num) -> str:
+    """``mean [lo, hi]``, each written by ``fmt``; the mean alone when the interval is missing or has no width."""
     if mean is None or not math.isfinite(mean):
         return "n/a"
     if math.isfinite(lo) and math.isfinite(hi) and hi - lo > 1e-12 * max(1.0, abs(mean)):
-        return f"{num(mean)} [{num(lo)}, {num(hi)}]"
-    return num(mean)
+        return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
+    return fmt(mean)
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:

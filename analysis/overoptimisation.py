@@ -230,8 +230,13 @@ def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = No
     return save(fig, path)
 
 
+def _step(x: float) -> str:
+    """An optimiser step (or a mean of steps) as the table prints it: a whole step without a decimal point."""
+    return f"{x:.0f}" if math.isfinite(x) and float(x).is_integer() else num(x)
+
+
 def _cell(row: pd.Series, col: str) -> str:
-    return span(row[col], row[f"{col}_lo"], row[f"{col}_hi"])
+    return span(row[col], row[f"{col}_lo"], row[f"{col}_hi"], _step if col.endswith("step") else num)
 
 
 def section(
@@ -277,7 +282,7 @@ def section(
                 str(r["n_seeds"]),
                 *(_cell(r, c) for c in SUMMARISED),
                 f"{r['peaked_early']} of {r['n_seeds']}",
-                f"{r['collapsed']} of {r['n_seeds']}" + (f" ({num(r['collapse_step'])})" if r["collapsed"] else ""),
+                f"{r['collapsed']} of {r['n_seeds']}" + (f" ({_step(r['collapse_step'])})" if r["collapsed"] else ""),
                 num(r["gao_peak_kl"]),
             ]
             for _, r in t.iterrows()

@@ -204,7 +204,7 @@ def test_the_report_has_the_section_its_table_and_its_figure(sweep, tmp_path):
     text = (out / "report.md").read_text()
     section = text.split("## Over-optimisation: where the gold reward peaked")[1].split("\n## ")[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| `none` |"))
-    assert "| 3 of 3 |" in row and "3 of 3 (" in row  # peaked early, collapsed (at a mean step)
+    assert "| 3 of 3 |" in row and "3 of 3 (60)" in row  # peaked early, collapsed (steps 80, 60, 40: a whole step)
     paired = section.split("Against `full`, paired by seed")[1]
     assert next(ln for ln in paired.splitlines() if ln.startswith("| `none` | 3 |"))
     csv = pd.read_csv(out / "overoptimisation.csv")
