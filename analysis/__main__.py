@@ -7,6 +7,7 @@ python -m analysis report runs/sweeps/regimes --out reports/<name> --margin rewa
 python -m analysis calibration runs/sweeps/calibrate_dpo [more folders] --out reports/<name>
 python -m analysis archive runs/sweeps/calibrate_dpo [more folders] --out reports/<name>/runs
 python -m analysis recheck reports/<name>/runs/<sweep> [more folders] --report reports/<name>
+python -m analysis headlines [--check]
 """
 
 from __future__ import annotations
@@ -112,8 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of the figures (1e-9)")
     k.add_argument("--itol", type=float, default=0.1, help="interval ends, as a fraction of its width (0.1)")
     k.add_argument("--boot", type=int, default=4000, help="the separate bootstrap's resamples (4000)")
+    h = sub.add_parser("headlines", help="refill the README's report headlines from each report's headline.md")
+    h.add_argument("--readme", type=Path, default=Path("README.md"), help="the README (README.md)")
+    h.add_argument("--check", action="store_true", help="change nothing; exit 1 if a headline is out of date")
     _plan_parser(sub)
     args = parser.parse_args(argv)
+    if args.cmd == "headlines":
+        from analysis import headlines
+
+        return headlines.main(args.readme, args.check)
     if args.cmd == "plan":
         return _plan(args)
     if args.cmd == "recheck":

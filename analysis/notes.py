@@ -81,7 +81,8 @@ def value(spec: str, table) -> str:
         row = _row(table(name), dict(regime=regime), condition, spec)
         mean = metric + "_mean" if name == "summary" else metric
         if field == "span":
-            return f"{num(_f(row, mean, spec))} {bracket(_f(row, metric + '_lo', spec), _f(row, metric + '_hi', spec))}"
+            centre = _f(row, mean, spec)
+            return f"{_num(centre, fmt)} {_bracket(_f(row, metric + '_lo', spec), _f(row, metric + '_hi', spec), fmt)}"
         return _format(row, metric if (name, field) == ("oo", "value") else f"{metric}_{field}", fmt, spec)
     if len(parts) != len(keys) + 1:
         raise NotesError(f"notes: {{{{{spec}}}}}: {name} takes {':'.join(keys)}:field")
@@ -149,6 +150,6 @@ def _num(x: float, fmt: str) -> str:
 
 
 def _bracket(lo: float, hi: float, fmt: str) -> str:
-    if not fmt:
+    if not fmt or not (math.isfinite(lo) and math.isfinite(hi)):
         return bracket(lo, hi)
     return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"

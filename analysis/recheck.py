@@ -26,9 +26,9 @@ them (neither ``ablate.eval`` nor ``analysis.samples``/``analysis.bootstrap`` is
 - with ``--report``, each bootstrap row of its ``primary.csv`` (a regime's own value of a verdict metric, where a
   claim such as "full DPO improves on the SFT model" lives): the estimate to ``--rtol``, the 95% interval (with
   several seeds, its union with the seed-level t interval, on the log scale for KL and length) to ``--itol``;
-- with ``--report``, its ``notes.md``: every number typed in the prose (outside the ``{{...}}`` placeholders the
-  report fills from its tables, and outside `code`) is a cell of the report's tables or of a run, at the digits
-  given (:mod:`analysis.notes_check`); a regime whose row says *determinism check* is identical to the baseline on
+- with ``--report``, its ``notes.md`` and ``headline.md``: every number typed in the prose (outside the ``{{...}}``
+  placeholders the report fills from its tables, and outside `code`) is a cell of the report's tables or of a run,
+  at the digits given (:mod:`analysis.notes_check`); a regime whose row says *determinism check* is identical to the baseline on
   every sample;
 - with ``--report``, each row of its ``sensitivity.csv`` (the beta report): the verdict row it restates, the mean
   margin error sd over the runs' summaries, beta x sd and the differences in units of the margin, to ``--rtol``.
@@ -225,9 +225,10 @@ def recheck_report(runs: pd.DataFrame, report: Path, baseline: str, found: Findi
         )
     for table in ("equivalence.csv", "conditions.csv"):
         recheck_holm(report / table, found, opts)
-    if (report / "notes.md").is_file():  # every number typed in the reading is a cell of a table or a run
-        for lit in unsupported((report / "notes.md").read_text(), report, runs):
-            found.errors.append(f"notes.md: the number {lit} is in no table of the report nor any run")
+    for name in ("notes.md", "headline.md"):  # every number typed in the reading is a cell of a table or a run
+        if (report / name).is_file():
+            for lit in unsupported((report / name).read_text(), report, runs):
+                found.errors.append(f"{name}: the number {lit} is in no table of the report nor any run")
     for i, row in _bootstrap_rows(report / "equivalence.csv"):
         side, base = (row["condition"], row["regime"]), (row["condition"], baseline)
         _check_row(f"{row['condition']}: {row['regime']} - {baseline}", row, side, base, runs, found, opts, i)

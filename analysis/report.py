@@ -17,6 +17,7 @@ from analysis.bench_costs import cost_lines
 from analysis.conditions import section as conditions_section
 from analysis.declared import effect_warnings
 from analysis.equivalence import compare, regime_intervals
+from analysis.headlines import headline
 from analysis.load import Runs, natural_key
 from analysis.markdown import md_table, span
 from analysis.markdown import num as _num
@@ -322,6 +323,9 @@ def write_report(
     lines.append("")
     if notes:  # its placeholders filled from the tables just written (analysis/notes.py)
         lines += ["## Reading", "", render_notes(notes, out).strip(), ""]
+    sentence = headline(out)  # the same, from headline.md: under the title (and in the README)
+    if sentence is not None:
+        lines[2:2] = [f"**In one sentence.** {sentence}", ""]
     lines += [
         "## Files",
         "",
