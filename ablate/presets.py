@@ -28,8 +28,9 @@ def parents(node: DictConfig) -> list[str]:
 
 
 def load(name: str, _within: tuple[str, ...] = ()) -> DictConfig:
-    """A preset as Hydra composes it: the presets it extends (:func:`parents`) first, then its own settings, which
-    win (``_self_`` last); its grid keeps the order of first appearance, as Hydra's merge does."""
+    """A preset's settings and grid as Hydra composes them: the presets it extends (:func:`parents`) first, then its
+    own, which win (``_self_`` last); the grid keeps the order of first appearance, as Hydra's merge does. Its
+    ``defaults`` are its own only (a parent's ``override /group: x`` entries are Hydra's to apply, not read here)."""
     from ablate.errors import ConfigError
 
     files = preset_files()

@@ -80,7 +80,7 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
         + (f"; {plan['seeds']} seeds planned" if plan.get("seeds") else "")
         + (f"; basis: {plan['basis']}" if plan.get("basis") else "")
         + (
-            f" (declared by {plan['jobs']} of the {plan['of']} jobs; the others, run earlier, declare none)"
+            f" (declared by {plan['jobs']} of the {plan['of']} jobs; the others declare none)"
             if plan.get("jobs", 0) < plan.get("of", 0)
             else ""
         )

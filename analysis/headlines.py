@@ -19,7 +19,8 @@ from pathlib import Path
 from analysis.notes import render
 
 FILE = "headline.md"
-_BLOCK = re.compile(r"(<!-- headline (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- /headline -->)", re.DOTALL)
+_OPEN = re.compile(r"<!--\s*headline\s+(?P<folder>\S+)\s*-->[ \t]*\r?\n")
+_CLOSE = re.compile(r"<!--\s*/headline\s*-->")
 
 
 def template(folder: Path) -> str | None:
@@ -40,18 +41,21 @@ def fill(readme: str, root: Path) -> tuple[str, list[str]]:
     """``readme`` with every headline block refilled from its report folder (relative to ``root``), and the folders
     whose block changed; a ValueError for a block whose folder has no headline template."""
     changed: list[str] = []
-
-    def one(m: re.Match) -> str:
-        folder = m.group("folder")
+    out, at = [], 0
+    for opened in _OPEN.finditer(readme):
+        folder = opened.group("folder")
+        close = _CLOSE.search(readme, opened.end())
+        if close is None or _OPEN.search(readme, opened.end(), close.start()):
+            raise ValueError(f"the README's headline block for {folder} has no <!-- /headline --> before the next")
         text = headline(root / folder)
         if text is None:
             raise ValueError(f"the README's headline block for {folder} has no {folder}/{FILE}")
         body = text + "\n"
-        if body != m.group("body"):
+        if body != readme[opened.end() : close.start()]:
             changed.append(folder)
-        return m.group(1) + body + m.group(4)
-
-    return _BLOCK.sub(one, readme), changed
+        out += [readme[at : opened.end()], body]
+        at = close.start()
+    return "".join([*out, readme[at:]]), changed
 
 
 def main(readme: Path, check: bool) -> int:

@@ -11,6 +11,7 @@ table has several) and ``|format`` (a Python format spec; the report's own numbe
 - ``{{oo:none:end_gold:span}}``: ``overoptimisation.csv``, regime ``none``'s ``end_gold [end_gold_lo, end_gold_hi]``
   (``value``: the column itself; any other field, the column ``<column>_<field>``);
 - ``{{cmp:int8:kl_true:p_holm}}``: ``comparisons.csv``, the seed-level paired t-tests;
+- a ``span`` (or ``inner``) whose row has no interval (one seed) is the value alone, as the report's tables print it;
 - ``{{count:equivalent}}``: how many verdicts say so (``all``: every verdict; determinism checks are not verdicts,
   ``{{count:determinism check}}`` counts them).
 
@@ -81,8 +82,7 @@ def value(spec: str, table) -> str:
         row = _row(table(name), dict(regime=regime), condition, spec)
         mean = metric + "_mean" if name == "summary" else metric
         if field == "span":
-            centre = _f(row, mean, spec)
-            return f"{_num(centre, fmt)} {_bracket(_f(row, metric + '_lo', spec), _f(row, metric + '_hi', spec), fmt)}"
+            return _span(_f(row, mean, spec), _f(row, metric + "_lo", spec), _f(row, metric + "_hi", spec), fmt)
         return _format(row, metric if (name, field) == ("oo", "value") else f"{metric}_{field}", fmt, spec)
     if len(parts) != len(keys) + 1:
         raise NotesError(f"notes: {{{{{spec}}}}}: {name} takes {':'.join(keys)}:field")
@@ -91,9 +91,9 @@ def value(spec: str, table) -> str:
     mean = "estimate" if name == "primary" else "diff_mean" if name == "cmp" else "diff"
     lo, hi = ("diff_lo", "diff_hi") if name == "cmp" else ("lo", "hi")
     if field == "span":
-        return f"{_num(_f(row, mean, spec), fmt)} {_bracket(_f(row, lo, spec), _f(row, hi, spec), fmt)}"
+        return _span(_f(row, mean, spec), _f(row, lo, spec), _f(row, hi, spec), fmt)
     if field == "inner":
-        return f"{_num(_f(row, mean, spec), fmt)} {_bracket(_f(row, 'lo_inner', spec), _f(row, 'hi_inner', spec), fmt)}"
+        return _span(_f(row, mean, spec), _f(row, "lo_inner", spec), _f(row, "hi_inner", spec), fmt)
     if field.startswith("seed="):
         seeds = dict(item.split(":") for item in str(row.get("seed_diffs") or "").split(";") if item)
         if field[5:] not in seeds:
@@ -149,7 +149,8 @@ def _num(x: float, fmt: str) -> str:
     return format(x, fmt)
 
 
-def _bracket(lo: float, hi: float, fmt: str) -> str:
-    if not fmt or not (math.isfinite(lo) and math.isfinite(hi)):
-        return bracket(lo, hi)
-    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+def _span(centre: float, lo: float, hi: float, fmt: str) -> str:
+    """``centre [lo, hi]``; the centre alone where the table has no interval (one seed), as the report's tables."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return _num(centre, fmt)
+    return f"{_num(centre, fmt)} {bracket(lo, hi) if not fmt else f'[{_num(lo, fmt)}, {_num(hi, fmt)}]'}"

@@ -312,4 +312,14 @@ def section(
                 ),
                 "",
             ]
+    blind = ev.groupby("path")["variety"].apply(lambda v: bool(v.isna().all()))
+    blind = sorted(set(ev.loc[ev["path"].isin(blind[blind].index), "regime"].astype(str)))
+    if blind:
+        lines += [
+            "The template rule cannot read "
+            + ", ".join(f"`{r}`" for r in blind)
+            + " (no responses at step 0 in a run's samples.jsonl, or no samples): there a collapse is degenerate "
+            "responses only, and the end variety is n/a.",
+            "",
+        ]
     return lines, fig

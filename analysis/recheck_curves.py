@@ -43,26 +43,34 @@ def steps(run: Path) -> list[dict]:
     """Per evaluation step of ``run/samples.jsonl``, in step order: ``step, kl, gold, proxy, degenerate, variety``."""
     f = run / "samples.jsonl"
     rows = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()] if f.is_file() else []
+    rows = [r for r in rows if isinstance(r, dict) and "prompt" in r]
+
+    def firsts(step: int) -> list[str]:  # each prompt's first response at that step
+        return [
+            str(r.get("policy_response", "")) for r in rows if int(r.get("step", 0)) == step and not r.get("sample")
+        ]
+
+    first_variety = _distinct(firsts(0))  # step 0's samples, whether or not that evaluation has a true KL
     out = []
-    for step in sorted({int(r["step"]) for r in rows}):
-        at = [r for r in rows if int(r["step"]) == step]
+    for step in sorted({int(r.get("step", 0)) for r in rows}):
+        at = [r for r in rows if int(r.get("step", 0)) == step]
         proxy = all("policy_proxy_reward" in r for r in at)
+        kl = mean_of(per_prompt(at, lambda r: _f(r["kl_true"])).values())
+        if not math.isfinite(kl):
+            continue  # an evaluation without a true KL is no point of the curve (as the report reads it)
         out.append(
             {
                 "step": float(step),
-                "kl": mean_of(per_prompt(at, lambda r: _f(r["kl_true"])).values()),
+                "kl": kl,
                 "gold": mean_of(per_prompt(at, lambda r: _f(r["policy_reward"]) - _f(r["sft_reward"])).values()),
                 "proxy": math.fsum(_f(r["policy_proxy_reward"]) for r in at) / len(at) if proxy else math.nan,
-                "degenerate": math.fsum(_degenerate(r["policy_response"]) for r in at) / len(at),
-                "variety": _distinct([r["policy_response"] for r in at if int(r.get("sample", 0)) == 0]),
+                "degenerate": math.fsum(_degenerate(r.get("policy_response", "")) for r in at) / len(at),
+                "variety": _distinct(firsts(step)) / first_variety,
             }
         )
-    if out:
-        start = out[0] if out[0]["step"] == 0 else {"proxy": math.nan, "variety": math.nan}
-        first_proxy, first_variety = start["proxy"], start["variety"]
-        for s in out:
-            s["proxy"] -= first_proxy
-            s["variety"] /= first_variety
+    first_proxy = out[0]["proxy"] if out and out[0]["step"] == 0 else math.nan
+    for s in out:
+        s["proxy"] -= first_proxy
     return out
 
 

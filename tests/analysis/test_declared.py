@@ -62,7 +62,7 @@ def test_a_plan_some_runs_declare_is_the_reports_and_says_who_declared_it(tmp_pa
         write_run(tmp_path / "s", "full", seed, samples(seed, 8))
         write_run(tmp_path / "s", "int8", seed, samples(seed, 8, shift=0.01), config=PLAN)
     text = _report(tmp_path / "s", tmp_path / "r")
-    assert "basis: 25% of full's effect (declared by 2 of the 4 jobs; the others, run earlier, declare none)" in text
+    assert "basis: 25% of full's effect (declared by 2 of the 4 jobs; the others declare none)" in text
     eq = pd.read_csv(tmp_path / "r" / "equivalence.csv").set_index(["regime", "metric"])
     assert eq.loc[("int8", "reward_delta"), "margin"] == pytest.approx(0.02)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analysis.__main__ import main
 from analysis.headlines import fill
@@ -49,6 +50,23 @@ def test_a_block_without_a_template_or_with_a_bad_placeholder_is_one_line(tmp_pa
     assert main(["headlines", "--readme", str(readme)]) == 2
     assert "no such row" in capsys.readouterr().err
     assert fill("no blocks here\n", tmp_path) == ("no blocks here\n", [])
+
+
+def test_two_blocks_are_filled_each_from_its_own_report_and_an_unclosed_one_is_refused(tmp_path):
+    _report(tmp_path, 4.2)
+    other = _report(tmp_path / "o", 7.0)
+    (tmp_path / "reports" / "y").symlink_to(other)
+    two = BLOCK.format("") + "<!--  headline reports/y -->  \nold\n<!--/headline-->\nend\n"
+    text, changed = fill(two, tmp_path)
+    assert changed == ["reports/x", "reports/y"]
+    assert text == BLOCK.format("none ended at 4.2 [3, 5] nats.\n") + (
+        "<!--  headline reports/y -->  \nnone ended at 7 [3, 5] nats.\n<!--/headline-->\nend\n"
+    )
+    unclosed = "<!-- headline reports/x -->\nold\n" + BLOCK.format("")
+    with pytest.raises(ValueError, match="block for reports/x has no <!-- /headline --> before the next"):
+        fill(unclosed, tmp_path)
+    with pytest.raises(ValueError, match="block for reports/x has no <!-- /headline -->"):
+        fill("<!-- headline reports/x -->\nnever closed\n", tmp_path)
 
 
 def test_the_committed_readmes_headlines_are_its_reports():

@@ -139,15 +139,41 @@ def test_a_run_collapsed_onto_a_template_has_collapsed_though_no_response_repeat
         folder.write_summary(s)
     ev = oo.evaluations(load_runs(tmp_path / "sweep").curves)
     pts = oo.run_points(ev).set_index("regime")
-    assert pts.loc["none", "end_variety"] == pytest.approx((7 / 28) / 1.0) and pts.loc["none", "end_degenerate"] == 0
+    assert pts.loc["none", "end_variety"] == pytest.approx(8 / 32) and pts.loc["none", "end_degenerate"] == 0
     assert pts.loc["none", "collapse_step"] == 40
     assert pts.loc["full", "end_variety"] == 1.0 and math.isnan(pts.loc["full", "collapse_step"])
     out = tmp_path / "report"
     assert main(["report", str(tmp_path / "sweep"), "--out", str(out), "--title", "template"]) == 0
     table = pd.read_csv(out / "overoptimisation.csv").set_index("regime")
     assert table.loc["none", "collapsed"] == 1 and table.loc["none", "end_variety_difference"] == pytest.approx(
-        7 / 28 - 1
+        8 / 32 - 1
     )
+    assert [e for e in recheck([tmp_path / "sweep"], out, n_boot=200).errors if e.startswith("overoptimisation")] == []
+
+
+def test_runs_without_step_0_samples_say_the_template_rule_cannot_read_them(tmp_path):
+    """No step-0 evaluation (eval.at_start=false): no variety, and the section says the collapse there counts
+    degenerate responses only; the recheck agrees (it has no variety either)."""
+    from analysis.recheck import recheck
+
+    for regime in ("full", "none"):
+        folder = RunFolder(tmp_path / "sweep" / f"ref={regime},seed=0")
+        folder.write_config({"ref": {"name": regime}, "algo": {"name": "grpo"}, "model": {"name": "tiny"}, "seed": 0})
+        rows = []
+        for i in range(1, 4):
+            rows += [{"step": 20 * i, "prompt": f"p{p}", "sample": 0, "policy_response": TEMPLATE, "policy_reward": 0.1,
+                      "sft_reward": 0.0, "kl_true": 0.5 * i} for p in range(PROMPTS)]  # fmt: skip
+            folder.log_metrics(20 * i, {"kl/true": 0.5 * i, "eval/reward_delta": 0.1, "eval/degenerate_rate": 0.0})
+        folder.write_samples(rows)
+        s = {k: 0.5 for k in SUMMARY_KEYS}
+        s.update(status="finished", reason="", steps=60, regime=regime, algo="grpo", model="tiny", seed=0)
+        folder.write_summary(s)
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "sweep"), "--out", str(out), "--title", "late"]) == 0
+    text = (out / "report.md").read_text()
+    assert "The template rule cannot read `full`, `none` (no responses at step 0" in text
+    table = pd.read_csv(out / "overoptimisation.csv")
+    assert table["end_variety"].isna().all() and (table["collapsed"] == 0).all()
     assert [e for e in recheck([tmp_path / "sweep"], out, n_boot=200).errors if e.startswith("overoptimisation")] == []
 
 
