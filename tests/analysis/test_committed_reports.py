@@ -28,8 +28,9 @@ def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatc
     for arg in argv:  # run data of another report it reads too (the beta report reads report_dpo's beta-0.1 jobs)
         if (REPO / arg).is_dir() and arg.startswith("reports/") and not (tmp_path / arg).exists():
             shutil.copytree(REPO / arg, tmp_path / arg)
-    if (committed / "notes.md").is_file():
-        shutil.copy(committed / "notes.md", copy / "notes.md")
+    for reading in ("notes.md", "headline.md"):  # the report's own text, filled from its tables
+        if (committed / reading).is_file():
+            shutil.copy(committed / reading, copy / reading)
     if "--bench" in argv:  # the bench's CSV and the .md beside it (its code), where the command names them
         csv = argv[argv.index("--bench") + 1]
         for f in (csv, str(Path(csv).with_suffix(".md"))):
