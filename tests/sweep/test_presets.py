@@ -1,6 +1,7 @@
 """Sweep presets: every one composes into valid jobs, combines with others and the command line, and its
 W&B sweep file is the one generated from it (no drift)."""
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -63,6 +64,22 @@ def test_a_preset_extends_another_and_wins_on_its_keys():
     cfg = compose("+sweep=report_drift", "algo=grpo", "ref=int8")
     assert (cfg.algo.max_steps, cfg.model.precision, cfg.eval.interval) == (160, "fp32", 20)
     assert "algo.max_steps=160" in presets.fixed_overrides("report_drift")
+
+
+def test_report_drift_runs_pool_with_the_calibrations_in_one_condition():
+    """reports/drift reads drift_calibration's full and none runs as its own: every setting the analysis counts as a
+    condition (all but the reference, seed, threads, plan ...) is the same in both presets' jobs at lr 3e-5."""
+    from omegaconf import OmegaConf
+
+    from analysis.load import NOT_A_CONDITION
+    from tests.conftest import compose
+
+    def settings(preset: str) -> dict:
+        cfg = compose(f"+sweep={preset}", "algo=grpo", "algo.reward=learned", "algo.learning_rate=3e-5", "ref=full")
+        flat = pd.json_normalize(OmegaConf.to_container(cfg, resolve=False), sep=".").iloc[0].to_dict()
+        return {k: v for k, v in flat.items() if not f"cfg.{k}".startswith(NOT_A_CONDITION)}
+
+    assert settings("report_drift") == settings("drift_calibration")
 
 
 def test_a_preset_that_extends_itself_is_one_line(tmp_path, monkeypatch):
