@@ -125,6 +125,35 @@ def _launcher_check(argv: list[str]) -> None:
         )
 
 
+def _sweep_primary_check(argv: list[str]) -> None:
+    """A sweep's command line composes on its own: Hydra first composes it without the sweep's lists (the preset's
+    grid included) and fails there, in many lines, on a key that only a grid's choice has (``algo.reward_model.*``
+    while the grid says ``algo=grpo``). One line instead, naming the choices to repeat on the command line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ablate import presets
+    from ablate.compose import compose_raw
+
+    if "-m" not in argv and "--multirun" not in argv:
+        return
+    args = [a for a in argv if not _is_flag(a) and not a.lstrip("+~").startswith("hydra")]
+    fixed = [o.input_line for o in OverridesParser.create().parse_overrides(args) if not o.is_sweep_override()]
+    try:
+        compose_raw(*fixed)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        given = {a.split("=", 1)[0].lstrip("+~") for a in args}
+        choices = [f"{k}={v}" for k, v in presets.grid(presets.selected(args)).items()
+                   if "." not in k and "," not in v and k not in given]  # fmt: skip
+        hint = (
+            f" (the sweep's grid chooses {' '.join(choices)} for each job, after the command line is composed: add it there too)"
+            if choices
+            else ""
+        )
+        raise ConfigError(f"{one_line(e)}{hint}") from None
+
+
 def check_packages(cfg) -> None:
     """Raise MissingAsset naming the package and the install command."""
     need = dict(REQUIRED)
@@ -191,6 +220,7 @@ def preflight(argv: list[str]) -> int:
     with hydra_session():
         try:
             _launcher_check(argv)
+            _sweep_primary_check(argv)
         except (HydraException, OmegaConfBaseException, ValueError) as e:
             raise ConfigError(one_line(e)) from None
         for overrides in jobs:

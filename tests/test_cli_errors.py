@@ -46,6 +46,12 @@ BAD = [
     (["ref=topk", "+ref.kk=3"], "unknown key 'ref.kk' (did you mean ref.k?)"),
     (["model=tiny", "+model.adapter.rr=3"], "unknown key 'model.adapter.rr' (did you mean model.adapter.r?)"),
     (["-m", "+sweep=regimes", "+algo.betta=0.3"], "unknown key 'algo.betta'"),
+    # a key only the sweep's own grid choice has (Hydra composes the command line before the grid)
+    (
+        ["-m", "+sweep=drift_calibration", "algo.reward_model.epochs=1"],
+        "unknown key 'algo.reward_model'; check the spelling, or list the keys with `python -m ablate --cfg job` (the "
+        "sweep's grid chooses algo=grpo for each job, after the command line is composed: add it there too)",
+    ),
     (["ref.k=5"], "unknown key 'ref.k'"),  # ref=full has no k
     # the reference-free losses are options of the algorithm's loss now (algo.loss_type=simpo, algo.sft_weight, ...)
     (["ref=none", "ref.loss=simpo"], "unknown key 'ref.loss'"),
@@ -193,6 +199,14 @@ def test_a_moving_reference_that_never_updates_is_refused_before_anything_loads(
     assert line.endswith("or set ref.allow_no_update=true")
     assert_one_line(*run_main("model=tiny", "ref=ema", "algo.max_steps=1"), "ref=ema would never update")
     assert cli.preflight(["model=tiny", "ref=ema", "algo.max_steps=1", "ref.allow_no_update=true"]) == 1
+
+
+def test_a_sweep_that_names_its_grids_choice_composes():
+    """What the one line above says to do works: the same jobs (and so the same folders) as the preset's own."""
+    argv = ["-m", "+sweep=drift_calibration", "algo=grpo", "algo.reward_model.epochs=1", "model=tiny"]
+    assert cli.preflight(argv) == 4
+    plain = cli._job_overrides(["-m", "+sweep=drift_calibration", "model=tiny"])
+    assert [j[:4] for j in cli._job_overrides(argv)] == [j[:4] for j in plain]
 
 
 def test_the_battery_is_large():
