@@ -1,7 +1,9 @@
 """``python -m ablate.status runs/<sweep>``: one line per job of a sweep (or per run folder below a path).
 
-Shows each job's overrides, status, steps and key metrics; jobs without a summary are listed as
-``running/unfinished`` (never silently dropped). Exit code 1 when any job failed or diverged.
+Shows each job's overrides, status, steps and key metrics; a job without a summary is listed as ``running``
+(a process on this machine holds its folder), ``stopped`` (rerun the sweep to resume it) or ``unfinished`` (cannot
+tell), with the steps it has logged (``14/160``) and its last evaluation's figures, never silently dropped. Exit
+code 1 when any job failed or diverged.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ablate.tracking import schema
-from ablate.tracking.run_dir import load_summary
+from ablate.tracking.run_dir import METRICS_FILE, held, load_summary
 
 #: set by the end-of-sweep callback (ablate.sweep.report) or by a single run that did not finish; ``python -m
 #: ablate`` exits 1 when non-zero
@@ -39,6 +41,37 @@ def job_dirs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("config.yaml") if not skip & set(p.relative_to(root).parts))
 
 
+def progress(folder: Path, cols) -> tuple[str, str]:
+    """A job without a summary: ``running`` (a process here holds its folder), ``stopped`` (none does: rerun the
+    sweep to resume it from its last checkpoint) or ``unfinished`` (cannot tell), with the steps it has logged of
+    its ``algo.max_steps`` and its last evaluation's figures from ``metrics.jsonl``."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    state = {True: "running", False: "stopped", None: "unfinished"}[held(folder)]
+    records = []
+    if (folder / METRICS_FILE).is_file():
+        for line in (folder / METRICS_FILE).read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a line a killed writer left partial
+    last: dict = {}
+    for r in records:
+        last.update({k: v for k, v in r.items() if v is not None})
+    total = OmegaConf.select(OmegaConf.load(folder / "config.yaml"), "algo.max_steps", default=None)
+    trained = max((int(r["step"]) for r in records if any(k.startswith("train/") for k in r)), default=0)
+    cells = []
+    for key, _, width, fmt, scale in cols:
+        if key == "steps":
+            cells.append(f"{trained}/{total}".rjust(width) if total else str(trained).rjust(width))
+            continue
+        name = schema.metric(key).logged
+        cells.append(_cell(width, fmt, scale, last.get(name) if name else None))
+    return state, " ".join(cells)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ablate.status", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="sweep folders or run folders")
@@ -52,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = d / "summary.json"
             name = str(d.relative_to(root)) if d != root else d.name
             if not summary.is_file():
-                print(f"{'unfinished':<10} " + " " * (len(header) - 16) + f"  {name}")
+                state, cells = progress(d, cols)
+                print(f"{state:<10} {cells}  {name}")
                 continue
             s = load_summary(summary)
             bad += s["status"] != "finished"

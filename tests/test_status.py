@@ -34,3 +34,25 @@ def test_status_lists_every_job_and_fails_on_failures(tmp_path, capsys):
 def test_status_exit_0_when_all_finished(tmp_path, capsys):
     _job(tmp_path, "a", "finished")
     assert main([str(tmp_path)]) == 0
+
+
+def test_a_job_without_a_summary_shows_its_steps_its_last_evaluation_and_whether_it_runs(tmp_path, capsys):
+    """A held folder lock (a real flock, as a running job holds it) reads ``running``; released, ``stopped``; with
+    the steps logged of algo.max_steps and the last evaluation's figures from metrics.jsonl."""
+    from ablate.tracking.run_dir import RunFolder
+
+    folder = RunFolder(tmp_path / "ref=full")
+    folder.write_config({"algo": {"max_steps": 160}, "seed": 0})
+    folder.log_metrics(0, {"eval/win_rate": 0.5, "kl/true": 0.0})
+    for step in range(1, 15):
+        folder.log_metrics(step, {"train/loss": 0.1})
+    folder.log_metrics(10, {"eval/win_rate": 0.625, "kl/true": 8.25})
+    with open(folder.metrics_path, "a") as fh:
+        fh.write('{"step": 15, "train/lo')  # a killed writer's partial line
+    lock = folder.lock()
+    assert main([str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.split()[:4] == ["running", "14/160", "0.625", "nan"] and "8.25" in line and line.endswith("ref=full")
+    lock.release()
+    main([str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["stopped", "14/160"]

@@ -240,6 +240,17 @@ class FolderLock:
             self.file = None
 
 
+def held(folder: Path) -> bool | None:
+    """Whether a process on this machine holds ``folder``'s :class:`FolderLock` now (a job is running in it), read
+    from ``/proc/locks`` without touching the lock; None where that cannot be told (no lock file, not Linux)."""
+    lock, table = Path(folder) / LOCK_FILE, Path("/proc/locks")
+    if not lock.is_file() or not table.is_file():
+        return None
+    st = lock.stat()
+    me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(f.split()[1] == "FLOCK" and me in f.split() for f in table.read_text().splitlines() if len(f.split()) > 5)
+
+
 class RunFolder:
     """One run's output directory (created on construction)."""
 

@@ -70,7 +70,7 @@ METRICS: list[Metric] = [
            required=True, numeric=False),
     Metric("steps", None, "steps", None,
            "optimiser steps completed",
-           required=True, status=Column("steps", 5, "{:d}")),
+           required=True, status=Column("steps", 7, "{:d}")),
     Metric("win_rate", "eval/win_rate", "share", "higher",
            "share of the evaluation's responses that beat an independent SFT sample of the same prompt by gold "
            "reward (ties count half); at step 0 it is 0.5 up to sampling noise",
