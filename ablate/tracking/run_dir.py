@@ -248,7 +248,9 @@ def held(folder: Path) -> bool | None:
         return None
     st = lock.stat()
     me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(f.split()[1] == "FLOCK" and me in f.split() for f in table.read_text().splitlines() if len(f.split()) > 5)
+    return any(
+        f.split()[1] == "FLOCK" and me in f.split() for f in table.read_text().splitlines() if len(f.split()) > 5
+    )
 
 
 class RunFolder:
