@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--seeds", default=None, help="only these seeds, comma-separated (conditions on the same seeds); default: all"
     )
+    r.add_argument(
+        "--fold",
+        default=None,
+        help="settings, comma-separated, labelled in the regime instead of the condition where a run's value is not "
+        "the common one (algo.beta: a stand-in at a larger beta against full at the usual one)",
+    )
     r.add_argument("--bench", type=Path, default=None, help="a `python -m ablate.bench` CSV: the cost section")
     r.add_argument("--wandb-offline", action="store_true", help="read the W&B offline runs below the folders")
     r.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None, help="read runs from the W&B API (online)")
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--baseline", default="full", help="the report's baseline regime (full)")
     k.add_argument("--regimes", default=None, help="the report's --regimes, if it had one")
     k.add_argument("--seeds", default=None, help="the report's --seeds, if it had one")
+    k.add_argument("--fold", default=None, help="the report's --fold, if it had one")
     k.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of the figures (1e-9)")
     k.add_argument("--itol", type=float, default=0.1, help="interval ends, as a fraction of its width (0.1)")
     k.add_argument("--boot", type=int, default=4000, help="the separate bootstrap's resamples (4000)")
@@ -199,7 +206,9 @@ def _load(args, parser):
     else:
         if not args.folders:
             parser.error("give at least one sweep folder")
-        data = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds))
+        data = load.load_runs(
+            *args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds), fold=_listed(args.fold) or ()
+        )
     if data.finished().empty:
         counts = ", ".join(f"{n} {status}" for status, n in data.runs["status"].value_counts().items())
         raise ValueError(
@@ -241,6 +250,7 @@ def _plan_parser(sub) -> None:
     n.add_argument("--baseline", default="full", help="the regime every other one is compared with (full)")
     n.add_argument("--regimes", default=None, help="only these references, comma-separated")
     n.add_argument("--seeds", default=None, help="only these seeds, comma-separated")
+    n.add_argument("--fold", default=None, help="as for report")
     n.add_argument("--power", type=float, default=0.8, help="the power to plan for (0.8)")
     n.add_argument("--alpha", type=float, default=0.05, help="TOST's level (0.05)")
     n.add_argument(
@@ -267,7 +277,9 @@ def _plan(args) -> int:
         if args.fraction is not None and not 0 < args.fraction < 1:
             raise ValueError(f"--fraction must be in (0, 1), not {args.fraction}")
         cfg = build_config(args.margin, alpha=args.alpha, baseline=args.baseline)
-        runs = load.load_runs(*args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds)).runs
+        runs = load.load_runs(
+            *args.folders, regimes=_listed(args.regimes), seeds=_seeds(args.seeds), fold=_listed(args.fold) or ()
+        ).runs
         cfg = declared.apply(cfg, declared.plan_of(runs), args.margin, None)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: error: {e}", file=sys.stderr)
@@ -296,6 +308,7 @@ def _recheck(args) -> int:
             args.baseline,
             _listed(args.regimes),
             seeds=_seeds(args.seeds),
+            fold=_listed(args.fold),
             rtol=args.rtol,
             itol=args.itol,
             n_boot=args.boot,

@@ -69,7 +69,9 @@ def _scalar(v: Any) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
-def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = None) -> Runs:
+def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = None, fold: Iterable[str] = ()) -> Runs:
+    """The runs' table and their curves; ``fold``: settings labelled in the regime instead of the condition
+    (:func:`label_conditions`)."""
     rows, curve_rows = [], []
     for r in records:
         s = r.summary or {}
@@ -112,7 +114,7 @@ def build(records: Iterable[RunRecord], sweeps: list[dict[str, Any]] | None = No
     for col in schema.report_columns():  # the schema's numeric summary keys
         if col in runs:
             runs[col] = pd.to_numeric(runs[col], errors="coerce")
-    label_conditions(runs)
+    label_conditions(runs, fold)
     if not curves.empty:
         curves = curves.drop(columns=["regime"]).merge(runs[["path", "regime", "condition"]], on="path", how="left")
     return Runs(runs=runs, curves=curves, sweeps=sweeps or [])
@@ -169,16 +171,23 @@ def natural_key(label: str) -> tuple:
     return tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts))
 
 
-def label_conditions(runs: pd.DataFrame) -> None:
+def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
     """``condition``: the settings, other than the reference and the seed, that vary across the runs
     (regimes are compared with the baseline within one condition); ``regime`` becomes the reference's
-    name plus its own settings where those vary (``ema(alpha=0.1, tau=5)``), ``ref_name`` keeps the name."""
+    name plus its own settings where those vary (``ema(alpha=0.1, tau=5)``), ``ref_name`` keeps the name.
+    A setting in ``fold`` (``algo.beta``) is no condition: a run whose value differs from the one most runs have
+    carries it in its regime (``ema(algo.beta=0.4)``), so that it is compared with the baseline at the common value
+    (a stand-in at a larger beta against ``full`` at the usual one); a ValueError for a setting no run has."""
     if runs.empty:
         runs["condition"] = []
         return
     runs["ref_name"] = runs["regime"]
+    folded = [f"cfg.{k}" for k in fold]
+    for c in folded:
+        if c not in runs:
+            raise ValueError(f"--fold {c[4:]}: no run has the setting {c[4:]}")
     cfg = [c for c in runs if c.startswith("cfg.")]
-    cond = _minimal(runs, _varying(runs, [c for c in cfg if not c.startswith(NOT_A_CONDITION)]))
+    cond = _minimal(runs, _varying(runs, [c for c in cfg if not c.startswith(NOT_A_CONDITION) and c not in folded]))
     runs["condition"] = (
         [
             ", ".join(f"{c[4:]}={r[c]}" for c in cond if not is_missing(r[c])) or "all runs"
@@ -188,11 +197,13 @@ def label_conditions(runs: pd.DataFrame) -> None:
         else "all runs"
     )
     labels = runs["regime"].astype(str).copy()
+    common = {c: runs[c].map(str).mode().iloc[0] for c in folded}
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])
         for i, r in g.iterrows():
-            if params:
-                labels[i] = f"{name}(" + ", ".join(f"{c[8:]}={r[c]}" for c in params) + ")"
+            items = [f"{c[8:]}={r[c]}" for c in params] + [f"{c[4:]}={r[c]}" for c in folded if str(r[c]) != common[c]]
+            if items:
+                labels[i] = f"{name}(" + ", ".join(items) + ")"
     runs["regime"] = labels
 
 
@@ -240,10 +251,15 @@ def load_folder_record(job_dir: Path, root: Path) -> RunRecord:
     return RunRecord(job=name, source=str(job_dir), config=cfg, summary=summary, history=history)
 
 
-def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None, seeds: Iterable[int] | None = None) -> Runs:
+def load_runs(
+    *folders: str | Path,
+    regimes: Iterable[str] | None = None,
+    seeds: Iterable[int] | None = None,
+    fold: Iterable[str] = (),
+) -> Runs:
     """Every job below the given sweep (or run) folders; with ``regimes``, only the jobs of those references (by
     name: ``ema`` keeps every ``ema(...)`` variant); with ``seeds``, only the jobs of those seeds (conditions
-    compared on the same seeds when one sweep ran more of them)."""
+    compared on the same seeds when one sweep ran more of them); ``fold``: :func:`label_conditions`."""
     from ablate.status import job_dirs
 
     records, sweeps = [], []
@@ -257,7 +273,7 @@ def load_runs(*folders: str | Path, regimes: Iterable[str] | None = None, seeds:
     for what, config_key, wanted in (("regime", "ref.name", regimes), ("seed", "seed", seeds)):
         if wanted is not None:
             records = _only(records, what, config_key, set(wanted), folders)
-    return build(records, sweeps)
+    return build(records, sweeps, fold)
 
 
 def _only(records: list[RunRecord], what: str, config_key: str, wanted: set, folders) -> list[RunRecord]:

@@ -528,12 +528,13 @@ def recheck(
     baseline: str = "full",
     regimes: list[str] | None = None,
     seeds: list[int] | None = None,
+    fold: list[str] | None = None,
     **opts,
 ) -> Findings:
     from analysis.load import load_runs
 
     opts = {"rtol": 1e-9, "itol": 0.1, "n_boot": 4000, "seed": 20261201, "alpha": 0.05, **opts}
-    runs = load_runs(*folders, regimes=regimes, seeds=seeds).runs
+    runs = load_runs(*folders, regimes=regimes, seeds=seeds, fold=fold or ()).runs
     final_rows.cache_clear()  # read the samples as they are now
     found = Findings()
     recheck_summaries(runs, found, opts["rtol"])

@@ -259,3 +259,36 @@ def test_a_chosen_reference_condition_is_the_one_the_others_are_compared_with(tm
     err = capsys.readouterr().err.strip()
     assert err.startswith("analysis: error: --reference-condition algo.beta=1: no finished full runs under it")
     assert len(err.splitlines()) == 1
+
+
+def test_fold_compares_a_stand_in_at_another_beta_with_the_baseline_at_the_common_one(tmp_path):
+    """--fold algo.beta: ema at 0.4 is the regime ``ema(algo.beta=0.4)`` of the one condition and is compared with
+    full at 0.04 (the common value), paired by seed; without it, beta 0.4 is a condition without a baseline. The
+    recheck, given the same --fold, agrees with every row; a setting no run has is one line."""
+    from analysis.__main__ import main
+    from analysis.recheck import recheck
+
+    for beta, regimes in ((0.04, ("full", "ema")), (0.4, ("ema",))):
+        for regime in regimes:
+            for seed in (0, 1):
+                shift = 0.3 if beta == 0.4 else 0.0
+                write_run(tmp_path / f"beta={beta}", regime, seed, samples(seed, 8, shift=shift),
+                          config={"algo": {"beta": beta}})  # fmt: skip
+    folders = [str(tmp_path / "beta=0.04"), str(tmp_path / "beta=0.4")]
+    runs = load_runs(*folders, fold=["algo.beta"]).runs
+    assert sorted(runs["regime"].unique()) == ["ema", "ema(algo.beta=0.4)", "full"]
+    assert set(runs["condition"]) == {"all runs"}
+    assert set(load_runs(*folders).runs["condition"]) == {"algo.beta=0.04", "algo.beta=0.4"}
+    out = tmp_path / "report"
+    assert main(["report", *folders, "--out", str(out), "--fold", "algo.beta", "--boot", "200"]) == 0
+    eq = pd.read_csv(out / "equivalence.csv")
+    moved = eq[(eq["regime"] == "ema(algo.beta=0.4)") & (eq["metric"] == "reward_delta")].iloc[0]
+    assert moved["diff"] == pytest.approx(0.3, abs=0.1) and moved["verdict"] == "different"
+    assert "--fold algo.beta" in (out / "report.md").read_text()  # its command, for the recheck and a reader
+    found = recheck([tmp_path / "beta=0.04", tmp_path / "beta=0.4"], out, fold=["algo.beta"], n_boot=400)
+    rows = [e for e in found.errors if not e.startswith("ref=")]  # the synthetic summaries are placeholders
+    assert rows == [] and found.rows > 0
+    unfolded = recheck([tmp_path / "beta=0.04", tmp_path / "beta=0.4"], out, n_boot=400)  # without the report's --fold
+    assert [e for e in unfolded.errors if not e.startswith("ref=")]
+    with pytest.raises(ValueError, match="--fold algo.betta: no run has the setting algo.betta"):
+        load_runs(*folders, fold=["algo.betta"])

@@ -29,7 +29,7 @@ def _report_args(name: str) -> tuple[list[str], dict]:
     line = [ln for ln in text.split("```")[1].splitlines() if ln.startswith("python -m analysis report ")][-1]
     argv = shlex.split(line)[4:]
     folders = argv[: next(i for i, a in enumerate(argv) if a.startswith("--"))]
-    opts = {k: argv[argv.index(f"--{k}") + 1] for k in ("baseline", "regimes", "seeds") if f"--{k}" in argv}
+    opts = {k: argv[argv.index(f"--{k}") + 1] for k in ("baseline", "regimes", "seeds", "fold") if f"--{k}" in argv}
     return folders, opts
 
 
@@ -54,7 +54,8 @@ def test_every_committed_report_agrees_with_its_samples(name, monkeypatch):
     seeds = _seeds(opts)
     report = REPO / "reports" / name
     # the CLI's 4000 resamples: with three seeds a two-way bootstrap's ends move by more than the tolerance at 1000
-    found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds)
+    fold = opts["fold"].split(",") if "fold" in opts else None
+    found = recheck(folders, report, opts.get("baseline", "full"), regimes, seeds=seeds, fold=fold)
     assert found.errors == []
     names = ("equivalence.csv", "conditions.csv", "primary.csv")
     tables = [pd.read_csv(report / t) for t in names if (report / t).is_file()]
