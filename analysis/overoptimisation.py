@@ -44,7 +44,8 @@ CAPTION = (
     "run's own step 0, same axis: a proxy that keeps rising while the gold falls is being gamed. Right: the share of "
     "degenerate responses (half their bigrams repeats; solid) and the variety (dotted: the distinct bigrams of one "
     "response per prompt over the run's step 0's; it falls when the responses collapse onto one template) at each "
-    "step, with the collapse thresholds (grey). Lines: mean over seeds; bands: the lowest to the highest seed."
+    "step, with the collapse thresholds (grey). Thick lines: the mean over seeds of each evaluation's point; thin "
+    "lines (left, middle): each seed's own path; bands (right): the lowest to the highest seed."
 )
 
 
@@ -190,8 +191,9 @@ def has_curves(ev: pd.DataFrame) -> bool:
 
 
 def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = None, title: str = ""):
-    """Three panels (see :data:`CAPTION`): gold and proxy gain against sqrt(KL), the degenerate share against the
-    step; per regime the mean over seeds at each step, a band from the lowest to the highest seed."""
+    """Three panels (see :data:`CAPTION`): gold and proxy gain against sqrt(KL), each seed's path and the mean over
+    seeds at each step; the degenerate share and the variety against the step, the mean with a band from the lowest
+    to the highest seed."""
     colors = colors if colors is not None else regime_colors(ev["regime"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     for regime in ordered(ev["regime"]):
@@ -200,9 +202,10 @@ def figure(ev: pd.DataFrame, table: pd.DataFrame, path, colors: dict | None = No
         mean, lo, hi = by.mean(numeric_only=True), by.min(numeric_only=True), by.max(numeric_only=True)
         c = colors[regime]
         for ax, y in zip(axes[:2], ("gold", "proxy")):
-            if mean[y].notna().any():
-                ax.plot(mean["sqrt_kl"], mean[y], "-o", color=c, ms=3, label=regime)
-                ax.fill_between(mean["sqrt_kl"], lo[y], hi[y], color=c, alpha=0.15, lw=0)
+            if mean[y].notna().any():  # both axes move: each seed's own path, and the mean of the seeds' points
+                for _, run in e.groupby("path", sort=False):
+                    ax.plot(run["sqrt_kl"], run[y], "-", color=c, lw=0.7, alpha=0.35)
+                ax.plot(mean["sqrt_kl"], mean[y], "-o", color=c, ms=3, lw=1.6, label=regime)
         row = table[table["regime"] == regime]
         if len(row) and np.isfinite(row["gao_alpha"].iloc[0]):
             d = np.linspace(1e-3, float(mean["sqrt_kl"].max()), 100)
