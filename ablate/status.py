@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ablate.tracking import schema
-from ablate.tracking.run_dir import METRICS_FILE, held, load_summary
+from ablate.tracking.run_dir import RunFolder, held, load_summary
 
 #: set by the end-of-sweep callback (ablate.sweep.report) or by a single run that did not finish; ``python -m
 #: ablate`` exits 1 when non-zero
@@ -45,21 +45,17 @@ def progress(folder: Path, cols) -> tuple[str, str]:
     """A job without a summary: ``running`` (a process here holds its folder), ``stopped`` (none does: rerun the
     sweep to resume it from its last checkpoint) or ``unfinished`` (cannot tell), with the steps it has logged of
     its ``algo.max_steps`` and its last evaluation's figures from ``metrics.jsonl``."""
-    import json
+    import warnings
 
     from omegaconf import OmegaConf
 
     state = {True: "running", False: "stopped", None: "unfinished"}[held(folder)]
-    records = []
-    if (folder / METRICS_FILE).is_file():
-        for line in (folder / METRICS_FILE).read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a line a killed writer left partial
+    with warnings.catch_warnings():  # a running job's last line may be half written: expected here, skipped
+        warnings.simplefilter("ignore", RuntimeWarning)
+        records = RunFolder(folder).read_metrics()
     last: dict = {}
     for r in records:
-        last.update({k: v for k, v in r.items() if v is not None})
+        last.update({k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))})
     total = OmegaConf.select(OmegaConf.load(folder / "config.yaml"), "algo.max_steps", default=None)
     trained = max((int(r["step"]) for r in records if any(k.startswith("train/") for k in r)), default=0)
     cells = []

@@ -248,9 +248,8 @@ def held(folder: Path) -> bool | None:
         return None
     st = lock.stat()
     me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(
-        f.split()[1] == "FLOCK" and me in f.split() for f in table.read_text().splitlines() if len(f.split()) > 5
-    )
+    fields = (line.split() for line in table.read_text().splitlines())
+    return any(len(f) > 5 and f[1] == "FLOCK" and me in f for f in fields)
 
 
 class RunFolder:
