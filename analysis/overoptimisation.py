@@ -5,7 +5,8 @@ Per run (:func:`run_points`): the evaluation at which the gold gain (``reward_de
 SFT model's coupled samples, 0 at step 0) is highest, with its step and true KL; the last evaluation's KL, gold gain,
 proxy gain (``reward_proxy`` minus the run's own step-0 value), degenerate share and variety (the distinct bigrams of
 one response per prompt, over the run's step 0's: :data:`TEMPLATE`); and the first evaluation at which at least
-:data:`COLLAPSE` of the responses are degenerate or the variety is at most :data:`TEMPLATE` (the collapse). Per regime (:func:`regime_table`): each of
+:data:`COLLAPSE` of the responses are degenerate or the variety is at most :data:`TEMPLATE` (the collapse). Per
+regime (:func:`regime_table`): each of
 those with its mean and 95% Student-t interval over seeds, and the fit of Gao et al.'s RL form
 ``R(d) = d (alpha - beta ln d)``, ``d = sqrt(KL)``, to every evaluation of every seed, whose maximum sits at
 ``d* = exp(alpha / beta - 1)`` (:func:`gao_fit`). A regime's figures are only as good as its evaluations: the peak is
@@ -315,8 +316,7 @@ def section(
                 ),
                 "",
             ]
-    blind = ev.groupby("path")["variety"].apply(lambda v: bool(v.isna().all()))
-    blind = sorted(set(ev.loc[ev["path"].isin(blind[blind].index), "regime"].astype(str)))
+    blind = sorted(set(ev.groupby("path").filter(lambda g: g["variety"].isna().all())["regime"].astype(str)))
     if blind:
         lines += [
             "The template rule cannot read "

@@ -3,9 +3,9 @@ without :mod:`analysis.overoptimisation` (its rules restated here): per step, th
 each prompt's mean policy-minus-SFT reward), the true KL, the proxy reward, the share of degenerate responses
 (half their word bigrams repeat an earlier one, or none) and the variety (the distinct word bigrams of the responses
 with sample index 0 over all their bigrams, over step 0's); per run, the first highest gold gain, the last evaluation
-and the first step with at least half the responses degenerate or a variety of at most three quarters; per regime, the means over seeds with their 95%
-Student-t intervals and the counts. A figure the samples cannot give (runs older than the proxy's column) is left
-unchecked."""
+and the first step with at least half the responses degenerate or a variety of at most three quarters; per regime,
+the means over seeds with their 95% Student-t intervals and the counts. A figure the samples cannot give (runs older
+than the proxy's column) is left unchecked."""
 
 from __future__ import annotations
 
@@ -39,18 +39,17 @@ def _distinct(texts: list[str]) -> float:
     return len(set(grams)) / len(grams) if grams else math.nan
 
 
+def _firsts(rows) -> list[str]:
+    """Each prompt's first response (sample index 0) among ``rows``."""
+    return [str(r.get("policy_response", "")) for r in rows if not r.get("sample")]
+
+
 def steps(run: Path) -> list[dict]:
     """Per evaluation step of ``run/samples.jsonl``, in step order: ``step, kl, gold, proxy, degenerate, variety``."""
     f = run / "samples.jsonl"
     rows = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()] if f.is_file() else []
     rows = [r for r in rows if isinstance(r, dict) and "prompt" in r]
-
-    def firsts(step: int) -> list[str]:  # each prompt's first response at that step
-        return [
-            str(r.get("policy_response", "")) for r in rows if int(r.get("step", 0)) == step and not r.get("sample")
-        ]
-
-    first_variety = _distinct(firsts(0))  # step 0's samples, whether or not that evaluation has a true KL
+    first_variety = _distinct(_firsts(r for r in rows if int(r.get("step", 0)) == 0))  # with or without a true KL
     out = []
     for step in sorted({int(r.get("step", 0)) for r in rows}):
         at = [r for r in rows if int(r.get("step", 0)) == step]
@@ -65,7 +64,7 @@ def steps(run: Path) -> list[dict]:
                 "gold": mean_of(per_prompt(at, lambda r: _f(r["policy_reward"]) - _f(r["sft_reward"])).values()),
                 "proxy": math.fsum(_f(r["policy_proxy_reward"]) for r in at) / len(at) if proxy else math.nan,
                 "degenerate": math.fsum(_degenerate(r.get("policy_response", "")) for r in at) / len(at),
-                "variety": _distinct(firsts(step)) / first_variety,
+                "variety": _distinct(_firsts(at)) / first_variety,
             }
         )
     first_proxy = out[0]["proxy"] if out and out[0]["step"] == 0 else math.nan
