@@ -8,9 +8,13 @@ from ablate.config import Config, check_processes, require
 
 def validate(cfg: Config) -> None:
     """Checks that span config groups. Raises ConfigError with one line."""
-    from ablate.refs import regime_class
+    from ablate.refs import regime_class, regime_names
 
     regime = regime_class(cfg.ref.name)
+    require(
+        cfg.plan.null_control is None or cfg.plan.null_control in regime_names(),
+        f"plan.null_control={cfg.plan.null_control}: no such regime (choose from: {', '.join(regime_names())})",
+    )
     regime.resolve(cfg)  # settles settings that depend on other groups (ref=cached: miss=auto), in place
     regime.check_config(cfg)
     require(

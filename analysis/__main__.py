@@ -41,7 +41,11 @@ def _statistics_options(r: argparse.ArgumentParser) -> None:
         "repeatable; defaults: reward_delta=0.05, win_rate=0.05, kl_true=10%%, length=10%%",
     )
     s.add_argument("--alpha", type=float, default=0.05, help="difference: 1-alpha interval; TOST: 1-2 alpha (0.05)")
-    s.add_argument("--null-control", default="cached", help="the regime that must come out equivalent (cached)")
+    s.add_argument(
+        "--null-control",
+        default=None,
+        help="the regime that must come out equivalent (default: the runs' plan.null_control, else cached)",
+    )
     s.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (2000)")
     s.add_argument("--boot-seed", type=int, default=0, help="the bootstrap's seed (0)")
     s.add_argument(
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             args.primary or "reward_delta",
             args.alpha,
             args.baseline,
-            args.null_control,
+            args.null_control or "cached",
             args.boot,
             args.boot_seed,
             args.reference_condition,
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         data = _load(args, parser)
-        config = declared.apply(config, declared.plan_of(data.runs), args.margin, args.primary)
+        config = declared.apply(config, declared.plan_of(data.runs), args.margin, args.primary, args.null_control)
         if config.reference_condition is not None:  # one line before any table is computed
             from analysis.conditions import reference_condition
 

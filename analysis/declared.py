@@ -2,7 +2,7 @@
 
 A sweep preset (or the command line) may declare its analysis in the runs' own config: ``plan.primary``,
 ``plan.margins.<metric>`` (``0.05`` in the metric's unit, ``10%`` of the baseline's mean), ``plan.seeds`` and
-``plan.basis`` (``ablate/config/run.py``'s ``PlanConfig``). Every run's ``config.yaml`` keeps it, so the margins a
+``plan.basis`` and ``plan.null_control`` (``ablate/config/run.py``'s ``PlanConfig``). Every run's ``config.yaml`` keeps it, so the margins a
 report applies were fixed before any result was seen: the report takes them from the runs, says so in its
 settings, and names any margin the command line changed. Runs that declare nothing get the report's own margins,
 and the report says those were chosen at analysis time.
@@ -52,6 +52,7 @@ def plan_of(runs: pd.DataFrame) -> dict | None:
         margins={k.removeprefix("margins."): str(v) for k, v in items.items() if k.startswith("margins.")},
         seeds=None if seeds is None else int(seeds),
         basis=str(items.get("basis", "")),
+        null_control=None if _empty(items.get("null_control")) else str(items["null_control"]),
         jobs=sum(bool(p) for p in each),
         of=len(each),
     )
@@ -61,13 +62,20 @@ def _empty(v) -> bool:
     return is_missing(v) or v == ""
 
 
-def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_primary: str | None) -> ReportConfig:
-    """``cfg`` with the plan's primary metric and margins (the command line's win, and are named), and the lines
-    that say where the margins came from (``cfg.origin``)."""
+def apply(
+    cfg: ReportConfig,
+    plan: dict | None,
+    cli_margins: list[str],
+    cli_primary: str | None,
+    cli_null_control: str | None = None,
+) -> ReportConfig:
+    """``cfg`` with the plan's primary metric, margins and null control (the command line's win, and are named),
+    and the lines that say where they came from (``cfg.origin``)."""
     primary = cli_primary or (plan or {}).get("primary") or cfg.primary
+    null = cli_null_control or (plan or {}).get("null_control") or cfg.null_control
     if plan is None:
         origin = ["- margins chosen at analysis time: the runs declare no `plan` (`ablate/config/run.py`)"]
-        return dataclasses.replace(cfg, primary=primary, origin=tuple(origin))
+        return dataclasses.replace(cfg, primary=primary, null_control=null, origin=tuple(origin))
     margins = dict(cfg.margins)
     given = dict(parse_margin(m) for m in cli_margins)
     declared = dict(parse_margin(f"{m}={v}") for m, v in plan["margins"].items())
@@ -78,6 +86,7 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
         f"- declared before the runs (their `plan`): margins {listed}"
         + (f"; primary `{plan['primary']}`" if plan.get("primary") else "")
         + (f"; {plan['seeds']} seeds planned" if plan.get("seeds") else "")
+        + (f"; null control `{plan['null_control']}`" if plan.get("null_control") else "")
         + (f"; basis: {plan['basis']}" if plan.get("basis") else "")
         + (
             f" (declared by {plan['jobs']} of the {plan['of']} jobs; the others declare none)"
@@ -93,7 +102,11 @@ def apply(cfg: ReportConfig, plan: dict | None, cli_margins: list[str], cli_prim
         )
     if cli_primary and plan.get("primary") and cli_primary != plan["primary"]:
         origin.append(f"- **primary metric changed at analysis time**: `{cli_primary}` (declared `{plan['primary']}`)")
-    return dataclasses.replace(cfg, primary=primary, margins=margins, origin=tuple(origin))
+    if cli_null_control and plan.get("null_control") and cli_null_control != plan["null_control"]:
+        origin.append(
+            f"- **null control changed at analysis time**: `{cli_null_control}` (declared `{plan['null_control']}`)"
+        )
+    return dataclasses.replace(cfg, primary=primary, margins=margins, null_control=null, origin=tuple(origin))
 
 
 def effect_warnings(cfg: ReportConfig, runs: pd.DataFrame) -> list[str]:

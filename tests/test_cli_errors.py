@@ -43,6 +43,7 @@ BAD = [
     (["+unknown_key=1"], "unknown key 'unknown_key'"),
     (["+plan.margins.reward_delta=-1"], "margin reward_delta='-1': a margin is a positive number (0.05) or a share"),
     (["plan.seeds=1"], "plan.seeds must be 2 or more, got 1"),
+    (["plan.null_control=placebos"], "plan.null_control=placebos: no such regime (choose from: "),
     (["ref=topk", "+ref.kk=3"], "unknown key 'ref.kk' (did you mean ref.k?)"),
     (["model=tiny", "+model.adapter.rr=3"], "unknown key 'model.adapter.rr' (did you mean model.adapter.r?)"),
     (["-m", "+sweep=regimes", "+algo.betta=0.3"], "unknown key 'algo.betta'"),

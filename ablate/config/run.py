@@ -115,6 +115,7 @@ class PlanConfig:
     margins: dict[str, str] = field(default_factory=dict)  # metric -> "0.05" (its unit) or "10%" (of the baseline)
     seeds: int | None = None  # the seeds the verdicts were planned for (python -m analysis plan)
     basis: str = ""  # where the margins come from, in words (e.g. 25% of full's effect in reports/calibration)
+    null_control: str | None = None  # the regime that must come out equivalent to the baseline (None: the report's)
 
     def __post_init__(self) -> None:
         for metric, value in self.margins.items():

@@ -1,5 +1,5 @@
 """Margins declared before the runs (the runs' ``plan``): the report applies them and says so, names a margin the
-command line changed, refuses runs that declare different plans, warns of a margin above half of the baseline's
+command line changed, applies a declared null control, refuses runs that declare different plans, warns of a margin above half of the baseline's
 effect; ``analysis plan --fraction`` derives margins to declare from a calibration's runs."""
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ def test_the_runs_declared_margins_are_applied_and_said(tmp_path):
     assert (
         "**changed at analysis time** (`--margin`): `reward_delta` ±0.05 absolute (declared ±0.02 absolute)" in changed
     )
+
+
+def test_a_declared_null_control_is_the_reports_unless_the_command_line_names_another(tmp_path):
+    plan = {"plan": {**PLAN["plan"], "null_control": "int8"}}
+    _sweep(tmp_path / "s", plan=plan)
+    text = _report(tmp_path / "s", tmp_path / "r")
+    assert "8 seeds planned; null control `int8`; basis" in text
+    assert "null control `int8`" in text.split("## Null control")[0]  # the report's settings
+    assert "No `int8` runs compared" not in text and "No `cached` runs compared" not in text
+    changed = _report(tmp_path / "s", tmp_path / "r2", "--null-control", "cached")
+    assert "**null control changed at analysis time**: `cached` (declared `int8`)" in changed
+    assert "No `cached` runs compared with `full`" in changed
+    undeclared = _report(tmp_path / "s", tmp_path / "r3", "--null-control", "int8")
+    assert "changed at analysis time" not in undeclared
 
 
 def test_runs_without_a_plan_say_their_margins_were_chosen_at_analysis_time(tmp_path):
