@@ -171,13 +171,27 @@ def natural_key(label: str) -> tuple:
     return tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts))
 
 
+#: a setting a run may carry without using it, and the summary key that is 0 where it went unused: GRPO and PPO
+#: with ref=none train with no KL term (kl_coef_final 0) whatever their algo.beta says
+UNUSED_WHEN_ZERO = {"cfg.algo.beta": "kl_coef_final"}
+
+
+def _uses(runs: pd.DataFrame, setting: str) -> pd.Series:
+    """Per run, whether it used ``setting`` (:data:`UNUSED_WHEN_ZERO`; every run uses any other setting)."""
+    key = UNUSED_WHEN_ZERO.get(setting)
+    if key is None or key not in runs:
+        return pd.Series(True, index=runs.index)
+    return pd.to_numeric(runs[key], errors="coerce").ne(0)
+
+
 def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
     """``condition``: the settings, other than the reference and the seed, that vary across the runs
     (regimes are compared with the baseline within one condition); ``regime`` becomes the reference's
     name plus its own settings where those vary (``ema(alpha=0.1, tau=5)``), ``ref_name`` keeps the name.
     A setting in ``fold`` (``algo.beta``) is no condition: a run whose value differs from the one most runs have
     carries it in its regime (``ema(algo.beta=0.4)``), so that it is compared with the baseline at the common value
-    (a stand-in at a larger beta against ``full`` at the usual one); a ValueError for a setting no run has."""
+    (a stand-in at a larger beta against ``full`` at the usual one); a run that did not use it (``none``'s beta under
+    GRPO: :data:`UNUSED_WHEN_ZERO`) keeps its plain name; a ValueError for a setting no run has."""
     if runs.empty:
         runs["condition"] = []
         return
@@ -197,11 +211,14 @@ def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
         else "all runs"
     )
     labels = runs["regime"].astype(str).copy()
-    common = {c: runs[c].map(str).mode().iloc[0] for c in folded}
+    used = {c: _uses(runs, c) for c in folded}
+    common = {c: runs.loc[used[c], c].map(str).mode().iloc[0] if used[c].any() else "" for c in folded}
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])
         for i, r in g.iterrows():
-            items = [f"{c[8:]}={r[c]}" for c in params] + [f"{c[4:]}={r[c]}" for c in folded if str(r[c]) != common[c]]
+            items = [f"{c[8:]}={r[c]}" for c in params] + [
+                f"{c[4:]}={r[c]}" for c in folded if used[c][i] and str(r[c]) != common[c]
+            ]
             if items:
                 labels[i] = f"{name}(" + ", ".join(items) + ")"
     runs["regime"] = labels

@@ -292,3 +292,19 @@ def test_fold_compares_a_stand_in_at_another_beta_with_the_baseline_at_the_commo
     assert [e for e in unfolded.errors if not e.startswith("ref=")]
     with pytest.raises(ValueError, match="--fold algo.betta: no run has the setting algo.betta"):
         load_runs(*folders, fold=["algo.betta"])
+
+
+def test_fold_leaves_the_name_of_a_run_that_did_not_use_the_setting(tmp_path):
+    """GRPO's ``none`` trains without a KL term (kl_coef_final 0) whatever its config's beta: folded beside
+    stand-ins at 0.1 and 0.3 it stays ``none``, not ``none(algo.beta=0.04)``, and 0.04 does not count towards the
+    common value."""
+    for regime, beta, coef in (("none", 0.04, 0.0), ("full", 0.1, 0.1), ("ema", 0.1, 0.1), ("ema", 0.3, 0.3)):
+        for seed in (0, 1):
+            write_run(tmp_path / f"{regime}{beta}", regime, seed, samples(seed, 8), kl_coef_final=coef,
+                      config={"algo": {"beta": beta}})  # fmt: skip
+    for regime in ("none", "none2"):  # two none runs more: 0.04 the most common value
+        for seed in (2, 3):
+            write_run(tmp_path / regime, "none", seed, samples(seed, 8), kl_coef_final=0.0,
+                      config={"algo": {"beta": 0.04}})  # fmt: skip
+    runs = load_runs(tmp_path, fold=["algo.beta"]).runs
+    assert sorted(runs["regime"].unique()) == ["ema", "ema(algo.beta=0.3)", "full", "none"]
