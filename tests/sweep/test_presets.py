@@ -67,19 +67,23 @@ def test_a_preset_extends_another_and_wins_on_its_keys():
 
 
 def test_report_drift_runs_pool_with_the_calibrations_in_one_condition():
-    """reports/drift reads drift_calibration's full and none runs as its own: every setting the analysis counts as a
-    condition (all but the reference, seed, threads, plan ...) is the same in both presets' jobs at lr 3e-5."""
+    """reports/drift reads drift_calibration's full runs at beta 0.1 (and its none runs, which use no beta) as its
+    own: every setting the analysis counts as a condition (all but the reference, seed, threads, plan ...) is the
+    same in both presets' jobs at lr 3e-5 and beta 0.1."""
     from omegaconf import OmegaConf
 
     from analysis.load import NOT_A_CONDITION
     from tests.conftest import compose
 
-    def settings(preset: str) -> dict:
-        cfg = compose(f"+sweep={preset}", "algo=grpo", "algo.reward=learned", "algo.learning_rate=3e-5", "ref=full")
+    def settings(preset: str, *extra: str) -> dict:
+        cfg = compose(
+            f"+sweep={preset}", "algo=grpo", "algo.reward=learned", "algo.learning_rate=3e-5", "ref=full", *extra
+        )
         flat = pd.json_normalize(OmegaConf.to_container(cfg, resolve=False), sep=".").iloc[0].to_dict()
         return {k: v for k, v in flat.items() if not f"cfg.{k}".startswith(NOT_A_CONDITION)}
 
-    assert settings("report_drift") == settings("drift_calibration")
+    assert settings("report_drift") == settings("drift_calibration", "algo.beta=0.1")
+    assert settings("report_drift") != settings("drift_calibration")  # the calibration's own beta is 0.04
 
 
 def test_a_preset_that_extends_itself_is_one_line(tmp_path, monkeypatch):
