@@ -161,7 +161,7 @@ def findings(agg: pd.DataFrame, baseline: str) -> list[str]:
             out.append(
                 f"`{row['regime']}` ({row['condition']}): the stand-in divergence differs from the true KL by "
                 f"{start}{cell(row, 'kl_abs_err')} at the end "
-                f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seeds)."
+                f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seed{'s' if row['kl_abs_err_n'] != 1 else ''})."
             )
     return out
 
