@@ -171,17 +171,23 @@ def natural_key(label: str) -> tuple:
     return tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts))
 
 
-#: a setting a run may carry without using it, and the summary key that is 0 where it went unused: GRPO and PPO
-#: with ref=none train with no KL term (kl_coef_final 0) whatever their algo.beta says
+#: a setting a run may carry without using it, and the summary key that is 0 where it went unused (while the
+#: setting is not): GRPO and PPO with ref=none train with no KL term (kl_coef_final 0) whatever their algo.beta says
 UNUSED_WHEN_ZERO = {"cfg.algo.beta": "kl_coef_final"}
 
 
 def _uses(runs: pd.DataFrame, setting: str) -> pd.Series:
-    """Per run, whether it used ``setting`` (:data:`UNUSED_WHEN_ZERO`; every run uses any other setting)."""
+    """Per run, whether it used ``setting`` (:data:`UNUSED_WHEN_ZERO`; every run uses any other setting). A run
+    whose summary lacks the key (unfinished) follows the finished runs of its regime and algorithm."""
     key = UNUSED_WHEN_ZERO.get(setting)
     if key is None or key not in runs:
         return pd.Series(True, index=runs.index)
-    return pd.to_numeric(runs[key], errors="coerce").ne(0)
+    found = pd.to_numeric(runs[key], errors="coerce")
+    unused = found.eq(0) & pd.to_numeric(runs[setting], errors="coerce").ne(0)
+    known = found.notna()
+    kind = runs["ref_name"].astype(str) + "|" + runs["algo"].astype(str)
+    like_finished = kind.map(unused[known].groupby(kind[known]).all()).astype("boolean").fillna(False).astype(bool)
+    return ~(unused | (~known & like_finished))
 
 
 def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:

@@ -308,3 +308,14 @@ def test_fold_leaves_the_name_of_a_run_that_did_not_use_the_setting(tmp_path):
                       config={"algo": {"beta": 0.04}})  # fmt: skip
     runs = load_runs(tmp_path, fold=["algo.beta"]).runs
     assert sorted(runs["regime"].unique()) == ["ema", "ema(algo.beta=0.3)", "full", "none"]
+    assert set(load_runs(tmp_path).runs["condition"]) != {"all runs"}  # unfolded: ema at 0.3 is a condition
+    # unfolded and without ema at 0.3 (reports/drift: none at 0.04 beside the rest at 0.1): one condition
+    assert set(load_runs(*(tmp_path / d for d in ("none0.04", "full0.1", "ema0.1", "none"))).runs["condition"]) == {
+        "all runs"
+    }
+    # full at beta 0 used its beta (no KL term by choice): folded it is full(algo.beta=0), not full
+    write_run(tmp_path / "full0", "full", 0, samples(0, 8), kl_coef_final=0.0, config={"algo": {"beta": 0.0}})
+    # an unfinished none run (no summary) is labelled as its finished runs are
+    write_run(tmp_path / "none_running", "none", 4, status="unfinished", config={"algo": {"beta": 0.04}})
+    runs = load_runs(tmp_path, fold=["algo.beta"]).runs
+    assert sorted(runs["regime"].unique()) == ["ema", "ema(algo.beta=0.3)", "full", "full(algo.beta=0.0)", "none"]

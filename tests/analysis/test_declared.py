@@ -46,7 +46,7 @@ def test_a_declared_null_control_is_the_reports_unless_the_command_line_names_an
     _sweep(tmp_path / "s", plan=plan)
     text = _report(tmp_path / "s", tmp_path / "r")
     assert "8 seeds planned; null control `int8`; basis" in text
-    assert "null control `int8`" in text.split("## Null control")[0]  # the report's settings
+    assert "baseline `full`; null control `int8`" in text  # the settings the report ran under
     assert "No `int8` runs compared" not in text and "No `cached` runs compared" not in text
     changed = _report(tmp_path / "s", tmp_path / "r2", "--null-control", "cached")
     assert "**null control changed at analysis time**: `cached` (declared `int8`)" in changed
