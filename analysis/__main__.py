@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             args.primary or "reward_delta",
             args.alpha,
             args.baseline,
-            args.null_control or "cached",
+            args.null_control,
             args.boot,
             args.boot_seed,
             args.reference_condition,

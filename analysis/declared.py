@@ -1,10 +1,10 @@
 """The analysis a sweep declared before its runs, and each margin against what training achieved.
 
 A sweep preset (or the command line) may declare its analysis in the runs' own config: ``plan.primary``,
-``plan.margins.<metric>`` (``0.05`` in the metric's unit, ``10%`` of the baseline's mean), ``plan.seeds`` and
-``plan.basis`` and ``plan.null_control`` (``ablate/config/run.py``'s ``PlanConfig``). Every run's ``config.yaml`` keeps it, so the margins a
-report applies were fixed before any result was seen: the report takes them from the runs, says so in its
-settings, and names any margin the command line changed. Runs that declare nothing get the report's own margins,
+``plan.margins.<metric>`` (``0.05`` in the metric's unit, ``10%`` of the baseline's mean), ``plan.seeds``,
+``plan.basis`` and ``plan.null_control`` (``ablate/config/run.py``'s ``PlanConfig``). Every run's ``config.yaml``
+keeps it, so the margins a report applies were fixed before any result was seen: the report takes them from the
+runs, says so in its settings, and names any margin, primary metric or null control the command line changed. Runs that declare nothing get the report's own margins,
 and the report says those were chosen at analysis time.
 
 A margin is judged against the baseline's effect over the SFT model (``SFT_VALUE``: what the SFT model itself
@@ -100,12 +100,12 @@ def apply(
             "- **changed at analysis time** (`--margin`): "
             + ", ".join(f"`{m}` ±{given[m].describe()} (declared ±{declared[m].describe()})" for m in changed)
         )
-    if cli_primary and plan.get("primary") and cli_primary != plan["primary"]:
-        origin.append(f"- **primary metric changed at analysis time**: `{cli_primary}` (declared `{plan['primary']}`)")
-    if cli_null_control and plan.get("null_control") and cli_null_control != plan["null_control"]:
-        origin.append(
-            f"- **null control changed at analysis time**: `{cli_null_control}` (declared `{plan['null_control']}`)"
-        )
+    for what, given_value, key in (
+        ("primary metric", cli_primary, "primary"),
+        ("null control", cli_null_control, "null_control"),
+    ):
+        if given_value and plan.get(key) and given_value != plan[key]:
+            origin.append(f"- **{what} changed at analysis time**: `{given_value}` (declared `{plan[key]}`)")
     return dataclasses.replace(cfg, primary=primary, margins=margins, null_control=null, origin=tuple(origin))
 
 

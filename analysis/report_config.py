@@ -36,6 +36,9 @@ RELATIVE = {
     "under)",
 }
 
+#: the null control when neither the runs' plan nor ``--null-control`` names one
+NULL_CONTROL = "cached"
+
 
 @dataclass(frozen=True)
 class Margin:
@@ -75,7 +78,7 @@ class ReportConfig:
     margins: dict[str, Margin] = field(default_factory=default_margins)  # one verdict per metric listed here
     alpha: float = 0.05  # difference: the (1 - alpha) interval; equivalence (TOST): the (1 - 2 alpha) interval
     baseline: str = "full"  # every other regime is compared with this one
-    null_control: str = "cached"  # a regime that must come out equivalent to the baseline
+    null_control: str = NULL_CONTROL  # a regime that must come out equivalent to the baseline
     n_boot: int = 2000  # bootstrap resamples
     seed: int = 0  # the bootstrap's seed: the same report every time
     reference_condition: str | None = None  # runs varying a setting: the condition the others are compared with
@@ -125,7 +128,7 @@ def build_config(
     primary: str = "reward_delta",
     alpha: float = 0.05,
     baseline: str = "full",
-    null_control: str = "cached",
+    null_control: str | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     reference_condition: str | None = None,
@@ -151,7 +154,7 @@ def build_config(
         resolved,
         alpha,
         baseline,
-        null_control,
+        null_control or NULL_CONTROL,
         n_boot,
         seed,
         reference_condition,
