@@ -125,6 +125,10 @@ def check_command(command: str, error: str | None, monkeypatch) -> None:
             from ablate.bench.config import compose_bench, run_configs
 
             run_configs(compose_bench(args).regimes, args)
+        elif module == "ablate.bench.profile":
+            from ablate.bench.profile import compose_profile
+
+            compose_profile(args)
         elif module == "ablate.sweep" and args[:1] == ["slurm-preview"]:
             _parse_only(module, args, monkeypatch)
             preflight(["-m", f"+sweep={args[1]}", "hydra/launcher=slurm", *args[2:]])
