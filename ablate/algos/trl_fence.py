@@ -24,6 +24,7 @@ the attributes and batch keys their source reads) with the installed TRL, and fa
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -301,10 +302,18 @@ def grpo_base():
             self.ref_model = RegimeRefSlot() if beta != 0.0 else None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-            """TRL's rollouts cut by the task's stop rule (:func:`ablate.stop_rule.cut_rollouts`)."""
+            """TRL's rollouts cut by the task's stop rule (:func:`ablate.stop_rule.cut_rollouts`). In bf16 training
+            the whole ``generate`` runs inside one bf16 autocast region: Accelerate's wrapper enters and leaves
+            autocast at every forward, which empties autocast's cache of bf16 weight copies, so each decoded token
+            cast every weight again; nested in an outer region the copies are made once per call (the same values,
+            so the same tokens; docs/measured.md)."""
+            from ablate.models.precision import autocast
             from ablate.stop_rule import cut_rollouts
 
-            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+            with autocast(self.accelerator.device, "bf16") if self.args.bf16 else contextlib.nullcontext():
+                out = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+                )
             return cut_rollouts(self.processing_class, *out, set(self.eos_token_ids), self.max_sentences)
 
         def reference_token_logps(self, input_ids, attention_mask, logits_to_keep, batch_size) -> torch.Tensor:

@@ -170,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{_own_gb(frame)} GB) and the imported libraries (about 0.6 GB) leave nothing for activations; "
         "below 3 GB needs lower-precision weights or optimiser state (changes metrics) or gradient "
         "checkpointing (slower steps)",
+        "sampling_bound": "a decode step multiplies matrices of width "
+        f"{policy.config.hidden_size} by a few dozen rows: attention over each row's KV cache, norms, the "
+        "sampler's own work and Python cost a step as much as its matmuls; the prompts' prefill is counted as time, "
+        "not as tokens",
+        "audit_bound": "after the judge's forward, the float64 log-softmax and the KL's sum over the whole "
+        "vocabulary at every position are memory-bound work that the matmul bound does not count",
         "dpo_trainer": "",
         "grpo_trainer": "",
     }

@@ -21,7 +21,7 @@ import torch
 #: each category's operators (names without ``aten::``; a name ending in ``*`` is a prefix); the rest is "other
 #: arithmetic"
 CATEGORIES = {
-    "matmul": ("mm", "addmm", "bmm", "baddbmm"),
+    "matmul": ("mm", "addmm", "addmm_", "bmm", "baddbmm"),
     "attention": ("_scaled_dot_product*", "_flash_attention*", "_efficient_attention*"),
     "softmax and log-softmax": (
         "_softmax",

@@ -46,3 +46,35 @@ def test_grpo_rollouts_are_cut_after_the_first_sentence(tmp_path, tiny_source, t
             and all(t.rstrip().endswith(".") for t in texts)
             and all(len(c) < 12 for c in completions)
         )
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_bf16_rollouts_run_in_one_autocast_region(tmp_path, tiny_source, tokenizer, ref_ctx, precision):
+    """In bf16 training TRL's generate runs inside one bf16 autocast region (so autocast keeps its bf16 weight copies
+    for the whole call instead of making them again at every decoded token); in fp32 training, in none."""
+    cfg = typed_config(
+        tmp_path, "model=tiny", f"model.precision={precision}", "algo=grpo", "algo.batch_size=4",
+        "algo.num_generations=2", "task.max_new_tokens=4",
+    )  # fmt: skip
+    trainer = build_trainer(
+        cfg,
+        policy=load_model(tiny_source, torch.device("cpu")),
+        tokenizer=tokenizer,
+        prompts=["Review Iron Summer.", "Continue: I watched it and"],
+        reward=GoldReward(),
+        reference=FullReference(FullRefConfig(), ref_ctx),
+        callbacks=[],
+        out_dir=tmp_path,
+        device=torch.device("cpu"),
+    )
+    seen, generate = [], trainer.model.generate
+
+    def recording(*a, **k):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return generate(*a, **k)
+
+    trainer.model.generate = recording
+    prompt_ids = [tokenizer("Review Iron Summer.", add_special_tokens=False)["input_ids"]] * 2
+    trainer._generate_single_turn(prompt_ids, None, {}, 2)
+    assert seen == ([(True, torch.bfloat16)] if precision == "bf16" else [(False, torch.get_autocast_dtype("cpu"))])
