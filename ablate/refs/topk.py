@@ -88,6 +88,7 @@ class TopKReference(ModelReference):
         super().__init__(cfg, ctx)
         # a scoring endpoint returns the scored token's exact log-prob, not the top-k form's
         self.logprobs_match_distribution = not cfg.keep_sampled
+        self._scored: tuple | None = None  # (batch, autocast state, its log-probs): see _distribution
         vocab = self.model.get_output_embeddings().weight.shape[0]
         self._cost.extra.update(
             stored_bytes_per_position=stored_bytes_per_position(cfg.k, vocab, cfg.keep_sampled),
@@ -102,15 +103,38 @@ class TopKReference(ModelReference):
         """[B, T-1, V] float32 log-scores: the model's logits when ``k >= V`` (every entry kept: the full
         distribution, exactly), else the top-k approximation's normalised log-probs (whatever ``keep_sampled``:
         a scoring endpoint returns one scored token per position, not a distribution)."""
-        logits = next_token_logits(self.model, batch.to(self.ctx.device))
+        on = batch.to(self.ctx.device)
+        logits = next_token_logits(self.model, on)
+        if self.cfg.keep_sampled:  # an audit asks for the scored tokens' log-probs next: this forward has them
+            self._scored = (batch, _autocast_state(logits.device), _scored_logprobs(logits, on))
         return logits if self.cfg.k >= logits.shape[-1] else self._approximation(logits)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1] log-probs of the response tokens (0 elsewhere): the reference's own, exactly as ``ref=full``
-        computes them, with ``keep_sampled``; else each token's value in the top-k approximation."""
+        computes them, with ``keep_sampled``; else each token's value in the top-k approximation. An audit that
+        has just asked for ``batch``'s distribution in the same precision gets them from that forward (read off its
+        float32 logits: within float rounding of the fused head's, docs/measured.md); training never does."""
         if self.cfg.keep_sampled:
+            scored, self._scored = self._scored, None
+            if (
+                scored is not None
+                and not self.counting
+                and scored[0] is batch
+                and scored[1] == _autocast_state(self.ctx.device)
+            ):
+                return scored[2]
             return super()._logprobs(batch)
         batch = batch.to(self.ctx.device)
         approx = self._approximation(next_token_logits(self.model, batch))
         lp = approx.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         return torch.where(batch.target_mask, lp, torch.zeros_like(lp))
+
+
+def _autocast_state(device: torch.device) -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type)
+
+
+def _scored_logprobs(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+    """[B, T-1] the response tokens' log-probs under ``logits`` (float32; 0 elsewhere)."""
+    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.where(batch.target_mask, lp, torch.zeros_like(lp))

@@ -75,3 +75,33 @@ def test_a_bad_keep_sampled_is_one_line(run_main):  # noqa: F811  (the imported 
     assert_one_line(
         *run_main("ref=topk", "ref.keep_sampled=maybe"), "ref.keep_sampled: 'maybe' is not a valid bool (true or false)"
     )
+
+
+def test_an_audit_reads_a_scoring_endpoints_logprobs_off_the_distributions_forward(ref_ctx, full, batch):
+    """The evaluator's audit asks for a batch's distribution, then its scored tokens' log-probs: with
+    ``keep_sampled`` the second comes from the first's forward (within float rounding of the fused head's), once;
+    training, another batch or another precision runs the model."""
+    ref = TopKReference(TopKRefConfig(k=5, keep_sampled=True), ref_ctx)
+    forwards = []
+    ref.model.register_forward_hook(lambda *a: forwards.append(1))
+
+    def calls(f):
+        before = len(forwards)
+        out = f()
+        return out, len(forwards) - before
+
+    with torch.autocast("cpu", enabled=False):  # the evaluator's fp32 audit
+        ref.distribution(batch)
+    got, n = calls(lambda: ref.logprobs(batch, AUDIT, "fp32"))
+    assert n == 0 and torch.allclose(got, full.logprobs(batch, AUDIT, "fp32"), rtol=0, atol=1e-5)
+    assert calls(lambda: ref.logprobs(batch, AUDIT, "fp32"))[1] == 1  # read once
+    for other in (
+        lambda: ref.logprobs(batch),  # training
+        lambda: ref.logprobs(batch.to("cpu"), AUDIT, "fp32"),  # the same tokens, another batch
+        lambda: ref.logprobs(batch, AUDIT, "bf16"),
+    ):
+        with torch.autocast("cpu", enabled=False):
+            ref.distribution(batch)
+        got, n = calls(other)
+        assert n == 1
+    assert torch.equal(ref.logprobs(batch), full.logprobs(batch))
