@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ablate.bench.config import compose_bench, run_configs
+from ablate.bench.config import compose_bench, error_line, run_configs
 from ablate.bench.pieces import Pieces, build_pieces
 from ablate.tasks.pair_tokens import pair_batches
 
@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     from ablate.bench import report
     from ablate.bench.peak_memory import peak_rss
     from ablate.bench.trainers import harness_vs_trl
-    from ablate.errors import AblateError
     from ablate.runtime import tune_allocator
     from ablate.tracking.provenance import provenance
 
@@ -101,14 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench = compose_bench(overrides)
         configs = run_configs(bench.regimes, overrides)
-    except AblateError as e:
-        print(f"ablate.bench: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # Hydra composition errors: one line
-        from ablate.cli import _friendly
-
-        print(f"ablate.bench: error: {_friendly(e)}", file=sys.stderr)
-        return 2
+    except Exception as e:  # bad input (and Hydra's composition errors): one line
+        return error_line("ablate.bench", e)
     tune_allocator()
     if bench.threads:
         torch.set_num_threads(bench.threads)

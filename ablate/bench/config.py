@@ -84,3 +84,15 @@ def run_configs(regimes: list[str], overrides: list[str]) -> dict:
             check_config(out[r])
     trl_fence.check()
     return out
+
+
+def error_line(prog: str, e: Exception) -> int:
+    """Bad input as one line on stderr (an ablate error as it says it; a Hydra composition error made readable by
+    the CLI's own wording), and the exit status 2."""
+    import sys
+
+    from ablate.cli import _friendly
+    from ablate.errors import AblateError
+
+    print(f"{prog}: error: {e if isinstance(e, AblateError) else _friendly(e)}", file=sys.stderr)
+    return 2

@@ -171,8 +171,8 @@ def compose_profile(overrides: list[str]) -> tuple[dict, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ablate.bench.config import error_line
     from ablate.bench.pieces import build_pieces
-    from ablate.errors import AblateError
 
     overrides = sys.argv[1:] if argv is None else argv
     if {"-h", "--help"} & set(overrides):
@@ -180,14 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         configs, out = compose_profile(overrides)
-    except AblateError as e:
-        print(f"ablate.bench.profile: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # Hydra composition errors: one line
-        from ablate.cli import _friendly
-
-        print(f"ablate.bench.profile: error: {_friendly(e)}", file=sys.stderr)
-        return 2
+    except Exception as e:  # bad input (and Hydra's composition errors): one line
+        return error_line("ablate.bench.profile", e)
     pieces = build_pieces(next(iter(configs.values())))
     lines: list[str] = []
     for algo, cfg in configs.items():

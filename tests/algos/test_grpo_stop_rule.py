@@ -13,14 +13,10 @@ from ablate.tasks.reward import GoldReward
 from tests.conftest import typed_config
 
 
-@pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("max_sentences", [1, None])
-def test_grpo_rollouts_are_cut_after_the_first_sentence(tmp_path, tiny_source, tokenizer, ref_ctx, max_sentences):
-    cfg = typed_config(
-        tmp_path, "model=tiny", "algo=grpo", "algo.batch_size=4", "algo.num_generations=2",
-        "task.max_new_tokens=12", f"task.max_sentences={'null' if max_sentences is None else max_sentences}",
-    )  # fmt: skip
-    trainer = build_trainer(
+def tiny_grpo(tmp_path, tiny_source, tokenizer, ref_ctx, *overrides):
+    """The harness's GRPO trainer on the tiny model, 4 prompts a step in pairs, ``ref=full``."""
+    cfg = typed_config(tmp_path, "model=tiny", "algo=grpo", "algo.batch_size=4", "algo.num_generations=2", *overrides)
+    return build_trainer(
         cfg,
         policy=load_model(tiny_source, torch.device("cpu")),
         tokenizer=tokenizer,
@@ -31,6 +27,15 @@ def test_grpo_rollouts_are_cut_after_the_first_sentence(tmp_path, tiny_source, t
         out_dir=tmp_path,
         device=torch.device("cpu"),
     )
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("max_sentences", [1, None])
+def test_grpo_rollouts_are_cut_after_the_first_sentence(tmp_path, tiny_source, tokenizer, ref_ctx, max_sentences):
+    trainer = tiny_grpo(
+        tmp_path, tiny_source, tokenizer, ref_ctx,
+        "task.max_new_tokens=12", f"task.max_sentences={'null' if max_sentences is None else max_sentences}",
+    )  # fmt: skip
     period, word = tokenizer.convert_tokens_to_ids("."), tokenizer(" Great", add_special_tokens=False)["input_ids"][0]
     trainer.generation_config.sequence_bias = {(period,): 60.0, (word,): 60.0}  # the random model writes ". Great"
     prompt_ids = [tokenizer("Review Iron Summer.", add_special_tokens=False)["input_ids"]] * 2
@@ -53,20 +58,8 @@ def test_grpo_rollouts_are_cut_after_the_first_sentence(tmp_path, tiny_source, t
 def test_bf16_rollouts_run_in_one_autocast_region(tmp_path, tiny_source, tokenizer, ref_ctx, precision):
     """In bf16 training TRL's generate runs inside one bf16 autocast region (so autocast keeps its bf16 weight copies
     for the whole call instead of making them again at every decoded token); in fp32 training, in none."""
-    cfg = typed_config(
-        tmp_path, "model=tiny", f"model.precision={precision}", "algo=grpo", "algo.batch_size=4",
-        "algo.num_generations=2", "task.max_new_tokens=4",
-    )  # fmt: skip
-    trainer = build_trainer(
-        cfg,
-        policy=load_model(tiny_source, torch.device("cpu")),
-        tokenizer=tokenizer,
-        prompts=["Review Iron Summer.", "Continue: I watched it and"],
-        reward=GoldReward(),
-        reference=FullReference(FullRefConfig(), ref_ctx),
-        callbacks=[],
-        out_dir=tmp_path,
-        device=torch.device("cpu"),
+    trainer = tiny_grpo(
+        tmp_path, tiny_source, tokenizer, ref_ctx, f"model.precision={precision}", "task.max_new_tokens=4"
     )
     seen, generate = [], trainer.model.generate
 
