@@ -4,8 +4,8 @@ A sweep preset (or the command line) may declare its analysis in the runs' own c
 ``plan.margins.<metric>`` (``0.05`` in the metric's unit, ``10%`` of the baseline's mean), ``plan.seeds``,
 ``plan.basis`` and ``plan.null_control`` (``ablate/config/run.py``'s ``PlanConfig``). Every run's ``config.yaml``
 keeps it, so the margins a report applies were fixed before any result was seen: the report takes them from the
-runs, says so in its settings, and names any margin, primary metric or null control the command line changed. Runs that declare nothing get the report's own margins,
-and the report says those were chosen at analysis time.
+runs, says so in its settings, and names any margin, primary metric or null control the command line changed. Runs
+that declare nothing get the report's own margins, and the report says those were chosen at analysis time.
 
 A margin is judged against the baseline's effect over the SFT model (``SFT_VALUE``: what the SFT model itself
 scores on the metric): a margin more than half that effect lets an *equivalent* stand-in lose more than half of what

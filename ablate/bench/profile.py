@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -75,31 +74,18 @@ def _labelled_generate(model: torch.nn.Module) -> None:
 
 def profile_steps(algo: str, cfg, pieces) -> dict:
     """The category table of ``cfg.algo.max_steps - 1`` profiled steps of the harness's ``algo`` trainer."""
-    from transformers import TrainerCallback
-
-    from ablate.bench.trainers import BUILDERS
+    from ablate.bench.trainers import BUILDERS, step_timer
 
     steps = int(cfg.algo.max_steps)
-    durations: list[float] = []
-
-    class Step(TrainerCallback):
-        def __init__(self, prof):
-            self.prof, self.t0 = prof, 0.0
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            durations.append(time.perf_counter() - self.t0)
-            self.prof.step()
-
     schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps - 1, repeat=1)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule) as prof:
+        timer = step_timer(after_step=prof.step)
         with tempfile.TemporaryDirectory() as tmp:
             torch.manual_seed(cfg.seed)
-            trainer = BUILDERS[algo]("harness", cfg, pieces, Step(prof), Path(tmp))
+            trainer = BUILDERS[algo]("harness", cfg, pieces, timer, Path(tmp))
             _labelled_generate(trainer.model)
             trainer.train()
+    durations = timer.durations
     events = prof.key_averages()
     shares: dict[str, float] = {}
     by_op: dict[str, float] = {}

@@ -109,12 +109,17 @@ def quantized_embeddings_lines(c: pd.DataFrame) -> list[str]:
     return lines
 
 
+def audit_flops(tp: dict) -> float:
+    """The KL audit's matmul work: the judge's forward, 2 x matmul params x the batch's tokens."""
+    return 2.0 * tp["matmul_params"] * tp["train_tokens"]
+
+
 def audit_fraction(audit: dict, tp: dict) -> float:
-    """The KL audit's judge forward (2 x matmul params x the batch's tokens) over its time, against the fp32
-    matmul ceiling: the float64 normalisation and sums count as time, not work."""
+    """The KL audit's matmul work (:func:`audit_flops`) over its time, against the fp32 matmul ceiling: the float64
+    normalisation and sums count as time, not work."""
     if "audit_s" not in audit or "ceiling_fp32" not in tp:
         return float("nan")
-    return 2.0 * tp["matmul_params"] * tp["train_tokens"] / audit["audit_s"] / tp["ceiling_fp32"]
+    return audit_flops(tp) / audit["audit_s"] / tp["ceiling_fp32"]
 
 
 def targets(costs: pd.DataFrame, audit: dict, trainers: dict, throughput: dict, notes: dict) -> list[dict]:
@@ -305,7 +310,7 @@ def write(
         f"{_f(tp['train_step_s'], '{:.2f}')} s = {_f(tp['train_flops_per_s'] / 1e9, '{:.1f}')} GFLOP/s = "
         f"**{_f(tp['train_fraction_bf16'] * 100, '{:.0f}')}%** of the bf16 ceiling "
         f"({_f(tp['train_fraction_fp32'] * 100, '{:.0f}')}% of fp32)",
-        f"- KL audit: the judge's forward, {_f(2 * tp['matmul_params'] * tp['train_tokens'] / 1e9, '{:.1f}')} GFLOP "
+        f"- KL audit: the judge's forward, {_f(audit_flops(tp) / 1e9, '{:.1f}')} GFLOP "
         f"of matmuls (2 x params x {tp['train_tokens']:.0f} tokens), then float64 arithmetic over the vocabulary, in "
         f"{_f(audit.get('audit_s', float('nan')), '{:.2f}')} s = **{_f(audit_fraction(audit, tp) * 100, '{:.0f}')}%** of "
         "the fp32 ceiling",

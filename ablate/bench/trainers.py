@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -14,7 +15,9 @@ import torch
 from ablate.errors import ConfigError
 
 
-def _timer():
+def step_timer(after_step: Callable[[], object] | None = None):
+    """A trainer callback that records each optimiser step's wall time (``.durations``), then calls
+    ``after_step`` (the profiler's step, :mod:`ablate.bench.profile`)."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -27,6 +30,8 @@ def _timer():
 
         def on_step_end(self, args, state, control, **kw):
             self.durations.append(time.perf_counter() - self._t0)
+            if after_step is not None:
+                after_step()
 
     return StepTimer()
 
@@ -121,7 +126,7 @@ def harness_vs_trl(algo: str, cfg, pieces, rounds: int) -> dict[str, float]:
     for _ in range(rounds):
         for kind in ("harness", "trl"):
             torch.manual_seed(cfg.seed)
-            timer = _timer()
+            timer = step_timer()
             with tempfile.TemporaryDirectory() as tmp:
                 trainer = BUILDERS[algo](kind, cfg, pieces, timer, Path(tmp))
                 trainer.train()

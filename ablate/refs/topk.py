@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ablate.config import RefConfig, require
+from ablate.models.logprobs import logits_logprobs
 from ablate.refs.base import TokenBatch, register
 from ablate.refs.model_backed import ModelReference, next_token_logits
 
@@ -136,5 +137,5 @@ def _autocast_state(device: torch.device) -> tuple[bool, torch.dtype]:
 
 def _scored_logprobs(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
     """[B, T-1] the response tokens' log-probs under ``logits`` (float32; 0 elsewhere)."""
-    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    lp = logits_logprobs(logits, batch.input_ids[:, 1:])
     return torch.where(batch.target_mask, lp, torch.zeros_like(lp))
