@@ -118,12 +118,24 @@ def gao_fit(ev: pd.DataFrame) -> tuple[float, float, float]:
     g = ev[(ev["sqrt_kl"] > 0) & ev["gold"].notna()]
     if len(g) < 3:
         return math.nan, math.nan, math.nan
-    d = g["sqrt_kl"].to_numpy(float)
-    design = np.column_stack([d, -d * np.log(d)])
-    (alpha, beta), *_ = np.linalg.lstsq(design, g["gold"].to_numpy(float), rcond=None)
+    d = [float(x) for x in g["sqrt_kl"]]
+    y = [float(x) for x in g["gold"]]
+    u = [-x * math.log(x) for x in d]
+    # the normal equations in exactly rounded sums and scalar logs: LAPACK's least squares and numpy's vectorised log
+    # round differently with the arrays' alignment and the host's SIMD, and the report must regenerate byte for byte
+    suu, sdu, sdd = (
+        math.fsum(a * a for a in u),
+        math.fsum(a * b for a, b in zip(d, u, strict=True)),
+        math.fsum(a * a for a in d),
+    )
+    sdy, suy = math.fsum(a * b for a, b in zip(d, y, strict=True)), math.fsum(a * b for a, b in zip(u, y, strict=True))
+    det = sdd * suu - sdu * sdu
+    if not det > 0:
+        return math.nan, math.nan, math.nan
+    alpha, beta = (sdy * suu - suy * sdu) / det, (suy * sdd - sdy * sdu) / det
     log_peak = alpha / beta - 1 if beta > 0 else math.inf  # ln d*
-    peak = math.exp(2 * log_peak) if log_peak <= math.log(d.max()) else math.nan
-    return float(alpha), float(beta), peak
+    peak = math.exp(2 * log_peak) if log_peak <= math.log(max(d)) else math.nan
+    return alpha, beta, peak
 
 
 def regime_table(ev: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:

@@ -195,6 +195,20 @@ def test_the_regime_table_has_t_intervals_over_seeds_and_gaos_fit(sweep):
     assert table.loc["full", "collapsed"] == 0 and math.isnan(table.loc["full", "collapse_step"])
 
 
+def test_gaos_fit_is_the_least_squares_fit_and_needs_three_points():
+    """On noisy points the fit is LAPACK's least squares to rounding (it solves the normal equations in exactly rounded
+    sums, so that it does not move with the arrays' alignment); evaluations at KL 0 are left out, and fewer than three
+    give NaN."""
+    rng = np.random.default_rng(0)
+    d = np.linspace(0.5, 6.0, 9)
+    gold = d * (ALPHA - BETA * np.log(d)) + rng.normal(0, 0.05, d.size)
+    ev = pd.DataFrame({"sqrt_kl": np.r_[0.0, d], "gold": np.r_[0.0, gold]})
+    want, *_ = np.linalg.lstsq(np.column_stack([d, -d * np.log(d)]), gold, rcond=None)
+    alpha, beta, _ = oo.gao_fit(ev)
+    assert (alpha, beta) == pytest.approx(tuple(want), rel=1e-9)
+    assert all(math.isnan(x) for x in oo.gao_fit(ev.iloc[:3]))  # KL 0 and two points
+
+
 def test_each_regime_against_full_paired_by_seed(sweep):
     pts = oo.run_points(oo.evaluations(load_runs(sweep).curves))
     vs = oo.against_baseline(pts).set_index("regime")
