@@ -51,7 +51,7 @@ class LlamaCppServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--host", "127.0.0.1",
+            sys.executable, "-m", "ablate.serving.llama_server", "--model", str(self.model), "--host", "127.0.0.1",
             "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
             "--n_threads_batch", str(threads), "--logits_all", "true", "--verbose", "false",
         ]  # fmt: skip

@@ -47,7 +47,7 @@ def servers(port: int | None = None) -> list:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "llama_cpp.server" in cmd and (port is None or f"--port {port} " in " ".join(cmd) + " "):
+        if "ablate.serving.llama_server" in cmd and (port is None or f"--port {port} " in " ".join(cmd) + " "):
             found.append(p)
     return found
 
