@@ -114,7 +114,8 @@ def run_points(ev: pd.DataFrame) -> pd.DataFrame:
 def gao_fit(ev: pd.DataFrame) -> tuple[float, float, float]:
     """``(alpha, beta, kl_at_peak)`` of ``gold = d (alpha - beta ln d)``, ``d = sqrt(kl)``, by least squares over the
     evaluations with ``d > 0``; ``kl_at_peak = exp(2 (alpha / beta - 1))`` where the fitted curve turns down within
-    the evaluated KL (beta > 0 and d* at most the largest d), else NaN. All NaN with fewer than three evaluations."""
+    the evaluated KL (beta > 0 and d* at most the largest d), else NaN. All NaN with fewer than three evaluations
+    or where the two columns cannot be told apart (a singular fit)."""
     g = ev[(ev["sqrt_kl"] > 0) & ev["gold"].notna()]
     if len(g) < 3:
         return math.nan, math.nan, math.nan
