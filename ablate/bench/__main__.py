@@ -24,7 +24,7 @@ RUN_GROUPS = ("model", "task", "algo")  # the run's config groups the bench take
 def throughput(policy, pieces: Pieces, cfg, batch, dpo_step_s: float, matmul_n: int) -> dict:
     """DPO training's matmul throughput against the machine's ceiling, and sampling side by side
     (:mod:`ablate.bench.sampling`) against the bounds that apply to decoding."""
-    from ablate.bench.sampling import kept_logits_side_by_side, sampling_side_by_side
+    from ablate.bench.sampling import kept_logits_side_by_side, prompt_cache_side_by_side, sampling_side_by_side
     from ablate.bench.timing import matmul_ceiling, matmul_params
 
     n = matmul_params(policy)
@@ -51,6 +51,10 @@ def throughput(policy, pieces: Pieces, cfg, batch, dpo_step_s: float, matmul_n: 
         **{
             f"sample_kept_{k}": v
             for k, v in kept_logits_side_by_side(policy, pieces.tokenizer, pieces.prompts, cfg).items()
+        },
+        **{
+            f"audit_prompts_{k}": v
+            for k, v in prompt_cache_side_by_side(policy, pieces.tokenizer, pieces.prompts, cfg).items()
         },
     }
 

@@ -48,6 +48,16 @@ def sampling_lines(tp: dict) -> list[str]:
             f"({_f(tp['sample_kept_forward_rows'], '{:.0f}')} rows a call) {_f(tp['sample_kept_forward_s'], '{:.1f}')} "
             f"s: **{_f(tp['sample_kept_kept_over_forward'], '{:.2f}')}x** (fp32 evaluations keep them).",
         ]
+    if "audit_prompts_cached_over_plain" in tp:
+        lines += [
+            "",
+            "The KL audit's judge forwards over the evaluation's "
+            f"{_f(tp['audit_prompts_responses'], '{:.0f}')} responses: each chunk's responses on the generate call's "
+            f"cached prompts {_f(tp['audit_prompts_cached_s'], '{:.1f}')} s, each chunk's whole rows "
+            f"{_f(tp['audit_prompts_plain_s'], '{:.1f}')} s: **{_f(tp['audit_prompts_cached_over_plain'], '{:.2f}')}x** "
+            f"(largest logit difference {_f(tp['audit_prompts_max_logit_diff'], '{:.1e}')}; fp32 evaluations cache "
+            "them).",
+        ]
     return lines
 
 

@@ -154,3 +154,64 @@ def kept_logits_side_by_side(policy, tokenizer, prompts, cfg, repeats: int = 2) 
         "kept_s": best[True],
         "kept_over_forward": best[True] / best[False],
     }
+
+
+def prompt_cache_side_by_side(judge, tokenizer, prompts, cfg, repeats: int = 2) -> dict:
+    """The KL audit's judge forwards over the evaluation's responses, each chunk's whole rows (a plain forward)
+    against each chunk's responses on the generate call's cached prompts (:mod:`ablate.models.prompt_cache`,
+    ``Evaluator.shared_prompts``), on the evaluation's prompts and samples per prompt (drawn once, untimed),
+    interleaved, best of ``repeats``. Seconds each, their ratio, and the largest logit difference at a response
+    position (float rounding: the tolerance the audit takes)."""
+    from ablate.models.logprobs import next_token_logits
+    from ablate.models.prompt_cache import SharedPrompts
+    from ablate.models.sampling import iter_sample, sampling_rows
+
+    prompts = prompts[: cfg.eval.n_prompts]
+    k = cfg.eval.samples_per_prompt
+    kw = dict(max_new_tokens=cfg.task.max_new_tokens, precision="fp32", n_per_prompt=k)
+    rows = cfg.eval.sample_batch_size or sampling_rows(
+        judge.config, tokenizer, prompts, device=next(judge.parameters()).device, **kw
+    )
+    batches = list(
+        iter_sample(
+            judge,
+            tokenizer,
+            prompts,
+            temperature=1.0,
+            batch_size=rows,
+            seed=0,
+            max_sentences=cfg.task.max_sentences,
+            **kw,
+        )
+    )
+
+    def run(cached: bool) -> float:
+        t0 = time.perf_counter()
+        for sampled in batches:
+            shared = SharedPrompts(sampled.batch) if cached else None
+            for chunk in sampled.chunks(cfg.eval.batch_size):
+                if shared is None:
+                    next_token_logits(judge, chunk.batch)
+                else:
+                    shared.chunk(chunk.index, chunk.offset).next_token_logits(judge, chunk.batch)
+        return time.perf_counter() - t0
+
+    worst = 0.0  # untimed: each chunk both ways
+    for sampled in batches:
+        shared = SharedPrompts(sampled.batch)
+        for chunk in sampled.chunks(cfg.eval.batch_size):
+            got = shared.chunk(chunk.index, chunk.offset).next_token_logits(judge, chunk.batch)
+            m = chunk.batch.target_mask
+            worst = max(worst, float((got - next_token_logits(judge, chunk.batch))[m].abs().max()))
+    best = {True: float("inf"), False: float("inf")}
+    for _ in range(repeats):
+        for cached in (False, True):
+            best[cached] = min(best[cached], run(cached))
+    return {
+        "rows": rows,
+        "responses": sum(len(b.texts) for b in batches),
+        "plain_s": best[False],
+        "cached_s": best[True],
+        "cached_over_plain": best[True] / best[False],
+        "max_logit_diff": worst,
+    }

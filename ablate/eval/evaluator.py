@@ -43,6 +43,7 @@ from ablate.eval.metrics import rows_of
 from ablate.eval.response_audit import Audit
 from ablate.models.loading import tokenizer_fingerprint
 from ablate.models.precision import autocast, unwrapped_forward
+from ablate.models.prompt_cache import ChunkPrompts, SharedPrompts
 from ablate.models.sampling import SampledBatch, iter_sample, sampling_rows
 from ablate.refs.base import Reference, TokenBatch
 from ablate.refs.model_backed import freeze, next_token_logits
@@ -312,17 +313,35 @@ class Evaluator:
         nll, n = (sum(x) for x in zip(*distributed.gather((nll, n))))
         return math.exp(nll / n) if n else float("nan")
 
-    def _audit_batch(self, policy, reference: Reference, sb: SampledBatch, audit: Audit) -> None:
+    def shared_prompts(self, policy, sampled: SampledBatch) -> SharedPrompts | None:
+        """The generate call's prompts, cached once per frozen model that scores its chunks: the judge, and a stand-in
+        whose distribution is its model's forward (:mod:`ablate.models.prompt_cache`); each chunk's forwards then run
+        its responses only. In fp32, where the two differ by float rounding only (a test bounds it), and when the
+        judge is run at all (not when it stands for the policy). None otherwise: plain forwards."""
+        if self.precision != "fp32" or policy is self.judge or sampled.index is not None:
+            return None
+        return SharedPrompts(sampled.batch.to(self.device))
+
+    def _audit_batch(
+        self, policy, reference: Reference, sb: SampledBatch, audit: Audit, shared: SharedPrompts | None = None
+    ) -> None:
         """Score one chunk of responses with the policy, the judge and the regime (:class:`Audit` accumulates). A regime
         that reads the judge's own copy (``ref=full``) is not run again, nor the judge when it stands for the policy
         (step 0: :meth:`is_sft`); a regime whose log-probs are those of its distribution has them read off it
-        (:attr:`Reference.logprobs_match_distribution`): one forward, not two."""
+        (:attr:`Reference.logprobs_match_distribution`): one forward, not two. ``shared``: the generate call's cached
+        prompts (:meth:`shared_prompts`), when it has them: the judge and a model-backed stand-in run the responses."""
         batch = sb.batch.to(self.device)
         mask, tokens = batch.target_mask, batch.input_ids[:, 1:]
         with torch.no_grad(), autocast(self.device, self.precision):
             pol = sb.policy_logits() if sb.scores is not None else self._policy_scores(policy, batch)
-            judge = pol if policy is self.judge else next_token_logits(self.judge, batch)
-            stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch)
+            prompts: ChunkPrompts | None = None if shared is None else shared.chunk(sb.index, sb.offset)
+            if policy is self.judge:
+                judge = pol
+            elif prompts is not None:
+                judge = prompts.next_token_logits(self.judge, batch)
+            else:
+                judge = next_token_logits(self.judge, batch)
+            stand_in = judge if reference.reads(self.judge) else audit.stand_in(reference, batch, prompts)
             from_stand_in = stand_in is not None and reference.logprobs_match_distribution
             regime_logp = None if from_stand_in else audit.regime_logprobs(reference, batch, self.precision)
         terms = klm.audit_terms(pol, judge, tokens, mask, stand_in)  # float64, a chunk of positions at a time
@@ -384,9 +403,11 @@ class Evaluator:
             for sampled in self._policy_samples(model, step, k):  # each generate call's batch audited as it comes
                 clock.lap("sampling")
                 mine = sampled.chunks(self.cfg.batch_size)  # the audit holds [rows, T, V] logits three times
+                shared = self.shared_prompts(model, sampled)
                 for sb in tqdm(mine, desc=f"eval@{step}: KL audit", unit="batch", leave=False):
-                    self._audit_batch(model, reference, sb, audit)
+                    self._audit_batch(model, reference, sb, audit, shared)
                     sb.scores = None
+                del shared
                 sampled.scores = None  # the kept logits go with the last chunk that read them
                 order += [len(texts) + i for c in mine for i in c.index]
                 chunks += mine

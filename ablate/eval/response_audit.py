@@ -29,8 +29,9 @@ class Audit:
     judge_logp: list[torch.Tensor] = field(default_factory=list)  # the judge's, at the same tokens
     reasons: dict[str, str] = field(default_factory=dict)
 
-    def stand_in(self, reference: Reference, batch: TokenBatch) -> torch.Tensor | None:
-        """The regime's next-token log-scores, or None (with the reason) when it has none."""
+    def stand_in(self, reference: Reference, batch: TokenBatch, prompts=None) -> torch.Tensor | None:
+        """The regime's next-token log-scores, or None (with the reason) when it has none. ``prompts``: the chunk's
+        cached prompts (:class:`ablate.models.prompt_cache.ChunkPrompts`), which a model-backed regime runs on."""
         if "kl_approx" in self.reasons:
             return None
         if not reference.has_reference:
@@ -39,7 +40,7 @@ class Audit:
             )
             return None
         try:
-            return reference.distribution(batch)
+            return reference.distribution(batch, prompts)
         except NotImplementedError as e:  # also after earlier chunks had one (ref=served): none for the evaluation
             self.reasons["kl_approx"] = str(e)
             self.per_sample["kl_approx"] = []

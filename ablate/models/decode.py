@@ -31,7 +31,7 @@ Chooser = Callable[[torch.Tensor, int, torch.Tensor], torch.Tensor]
 Ended = Callable[[int, list[int]], bool]
 
 
-def _forward_kwargs(model, cache) -> tuple[dict, dict]:
+def forward_kwargs(model, cache) -> tuple[dict, dict]:
     """The prefill's and the decode steps' extra keyword arguments for ``model``'s forward: the KV cache under the
     name the architecture takes (transformers 5.24 renamed ``past_key_values`` to ``cache``, with a deprecation
     period), and ``logits_to_keep=1`` in the prefill where it is taken (the logits of the prompt's last position
@@ -41,7 +41,7 @@ def _forward_kwargs(model, cache) -> tuple[dict, dict]:
     return ({**step, "logits_to_keep": 1} if "logits_to_keep" in params else step), step
 
 
-def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's distinct prompts, for a shared prefill (several samples per prompt): each one's first row, in row
     order (distinct prompts keep theirs), and each row's prompt's index among them."""
     _, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
@@ -54,6 +54,13 @@ def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tor
         torch.tensor(list(firsts.values()), device=device),
         torch.tensor([index[u] for u in inverse.tolist()], device=device),
     )
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first token (left padding skipped), as ``generate`` counts them;
+    1 at padding (never attended)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill_(attention_mask == 0, 1)
 
 
 @torch.no_grad()
@@ -79,10 +86,9 @@ def decode(
     device = input_ids.device
     out = torch.full((n, max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
     cache = DynamicCache(config=model.config)
-    positions = attention_mask.long().cumsum(-1) - 1
-    positions.masked_fill_(attention_mask == 0, 1)
-    prefill, step_kwargs = _forward_kwargs(model, cache)
-    first, row_prompt = _prompts(input_ids, attention_mask)
+    positions = position_ids(attention_mask)
+    prefill, step_kwargs = forward_kwargs(model, cache)
+    first, row_prompt = distinct_prompts(input_ids, attention_mask)
     logits = model(
         input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first], **prefill
     ).logits[:, -1]

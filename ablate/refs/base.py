@@ -19,6 +19,7 @@ from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     from ablate.config import Config, RefConfig
+    from ablate.models.prompt_cache import ChunkPrompts
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +168,15 @@ class Reference(ABC):
         with self._call(purpose), autocast(self.ctx.device, precision or self.ctx.precision):
             return self._logprobs(batch)
 
-    def distribution(self, batch: TokenBatch) -> torch.Tensor:
+    def distribution(self, batch: TokenBatch, prompts: ChunkPrompts | None = None) -> torch.Tensor:
         """[B, T-1, V] float32 next-token log-scores at each position (logits, or normalised log-probs; exact or
         as the regime approximates them): ``log_softmax`` of a row is the distribution, and the audit takes it
         in float64 (``ablate.eval.kl.audit_terms``). For audits, in the caller's precision: never timed or
-        counted. Only a regime that declares :attr:`has_distribution` has one (NotImplementedError otherwise)."""
+        counted. Only a regime that declares :attr:`has_distribution` has one (NotImplementedError otherwise).
+        ``prompts``: the audit's cached prompts of this chunk (:mod:`ablate.models.prompt_cache`), which a regime
+        whose distribution is a frozen model's forward runs on (:meth:`_distribution_on`); the others ignore it."""
         with self._call(AUDIT):
-            return self._distribution(batch)
+            return self._distribution(batch) if prompts is None else self._distribution_on(batch, prompts)
 
     @property
     def counting(self) -> bool:
@@ -238,6 +241,10 @@ class Reference(ABC):
 
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:  # regimes that declare has_distribution override
         raise NotImplementedError(f"ref={self.name} provides no next-token distribution")
+
+    def _distribution_on(self, batch: TokenBatch, prompts: ChunkPrompts) -> torch.Tensor:
+        """:meth:`_distribution` given the chunk's cached prompts: the regime's own unless it overrides this."""
+        return self._distribution(batch)
 
 
 def uncovered_rows(ref_logps: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
@@ -15,6 +15,9 @@ from ablate.models.logprobs import (  # noqa: F401  (re-exported: their home is 
     token_logprobs,
 )
 from ablate.refs.base import RefContext, Reference, TokenBatch, module_bytes
+
+if TYPE_CHECKING:
+    from ablate.models.prompt_cache import ChunkPrompts
 
 
 def freeze(model: torch.nn.Module) -> torch.nn.Module:
@@ -35,6 +38,10 @@ class ModelReference(Reference):
     #: its log-probs and its distribution are the held model's (through the fused head and through the full logits)
     logprobs_match_distribution = True
     has_distribution = True
+    #: its distribution is its model's plain forward, so an audit may run it on the chunk's cached prompts
+    #: (:mod:`ablate.models.prompt_cache`), as it runs the judge: off for a regime that scores each row alone
+    #: (quantised) or streams its weights in at each forward (offloaded)
+    shares_prompts: ClassVar[bool] = True
 
     model: torch.nn.Module
 
@@ -58,3 +65,9 @@ class ModelReference(Reference):
     def _distribution(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T-1, V] float32 next-token logits of the held model (unnormalised log-scores)."""
         return next_token_logits(self.model, batch.to(self.ctx.device))
+
+    def _distribution_on(self, batch: TokenBatch, prompts: ChunkPrompts) -> torch.Tensor:
+        # a subclass that computes its distribution otherwise (its own _distribution) keeps it
+        if not self.shares_prompts or type(self)._distribution is not ModelReference._distribution:
+            return self._distribution(batch)
+        return prompts.next_token_logits(self.model, batch.to(self.ctx.device))

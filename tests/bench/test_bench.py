@@ -54,9 +54,12 @@ def test_bench_on_tiny(tmp_path):
         "| own MiB |",
         "evaluation's sampler",
         "with the sampler's kept logits",
+        "on the generate call's cached prompts",
     ):
         assert needle in md, needle
     assert "n/a" not in next(ln for ln in md.splitlines() if "with the sampler's kept logits" in ln)
+    cached = next(ln for ln in md.splitlines() if "cached prompts" in ln)
+    assert "n/a" not in cached and float(cached.split("largest logit difference ")[1].split(";")[0]) < 1e-4
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ("met" in ln or "missed" in ln)]
     assert len(rows) >= 6
 

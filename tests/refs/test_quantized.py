@@ -82,3 +82,20 @@ def test_real_span_of_left_right_and_holed_rows():
     assert real_span(torch.tensor([0, 0])) == (0, 0)
     with pytest.raises(ValueError, match="holes"):
         real_span(torch.tensor([1, 0, 1]))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_quantised_stand_in_is_scored_a_row_alone_whatever_the_audit_cached(ref_ctx, tiny_model, tokenizer):
+    """The KL audit hands each stand-in the chunk's cached prompts (``ablate.models.prompt_cache``); a quantised one
+    ignores them, so what the audit measures is still each row's forward alone, what training receives."""
+    from ablate.models.prompt_cache import SharedPrompts
+    from ablate.models.sampling import sample
+
+    cls, cfg, _ = CASES["int8-low-threshold-fp32"]
+    ref = cls(cfg, ref_ctx)
+    args = dict(max_new_tokens=8, temperature=1.0, batch_size=6, seed=0, n_per_prompt=2)
+    (sampled, *_) = sample(tiny_model, tokenizer, PROMPTS, **args)
+    shared = SharedPrompts(sampled.batch)
+    for part in sampled.chunks(4):
+        prompts = shared.chunk(part.index, part.offset)
+        assert torch.equal(ref.distribution(part.batch, prompts), ref.distribution(part.batch))
