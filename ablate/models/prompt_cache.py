@@ -12,8 +12,8 @@ logits), so the evaluator takes it in fp32 only.
 :class:`SharedPrompts` holds one such cache per model for a generate call's batch (the judge's, and a stand-in's
 whose distribution is a frozen model's plain forward: ``ModelReference``), each built on first use, and
 :meth:`SharedPrompts.chunk` hands a chunk's view of them to whoever scores it: the judge and a stand-in then run the
-same computation, so a stand-in identical to the judge still audits to exactly the judge's figures. Only for frozen
-models: a cache is kept per model object for the generate call's audit.
+same computation, so a stand-in identical to the judge still audits to exactly the judge's figures. A cache is kept
+per model object (and state) for the generate call's audit: the model must not change during it.
 
 The batch must be laid out as the samplers lay it out: left-padded prompts, every response starting at the same
 column. :meth:`PromptCache.of` returns None for any other layout, or a model whose forward takes no KV cache; the
@@ -107,12 +107,15 @@ class SharedPrompts:
 
     def __init__(self, batch: TokenBatch) -> None:
         self.batch = batch
-        self._caches: dict[int, PromptCache | None] = {}
+        self._caches: dict[tuple[int, str], PromptCache | None] = {}
 
-    def cache(self, model) -> PromptCache | None:
-        if id(model) not in self._caches:
-            self._caches[id(model)] = PromptCache.of(model, self.batch)
-        return self._caches[id(model)]
+    def cache(self, model, state: str = "") -> PromptCache | None:
+        """``model``'s cache, built on first use; ``state`` names what else its forward depends on (a peft model's
+        adapter disabled: ``ref=shared``), so that one model object in two states never shares one."""
+        key = (id(model), state)
+        if key not in self._caches:
+            self._caches[key] = PromptCache.of(model, self.batch)
+        return self._caches[key]
 
     def chunk(self, rows: list[int], offset: int) -> ChunkPrompts:
         """The view of a chunk: rows ``rows`` of the batch, its columns from ``offset`` on."""
@@ -125,10 +128,11 @@ class ChunkPrompts:
     def __init__(self, shared: SharedPrompts, rows: list[int], offset: int) -> None:
         self.shared, self.rows, self.offset = shared, rows, offset
 
-    def next_token_logits(self, model, part: TokenBatch) -> torch.Tensor:
+    def next_token_logits(self, model, part: TokenBatch, state: str = "") -> torch.Tensor:
         """As :func:`ablate.models.logprobs.next_token_logits` of ``model`` on ``part`` (this chunk's tokens), run
-        on ``model``'s cached prompts where it has them (its plain forward otherwise)."""
-        cache = self.shared.cache(model)
+        on ``model``'s cached prompts where it has them (its plain forward otherwise); ``state``:
+        :meth:`SharedPrompts.cache`'s."""
+        cache = self.shared.cache(model, state)
         if cache is None:
             return plain_next_token_logits(model, part)
         return cache.next_token_logits(part, self.rows, self.offset)

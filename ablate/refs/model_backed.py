@@ -38,10 +38,6 @@ class ModelReference(Reference):
     #: its log-probs and its distribution are the held model's (through the fused head and through the full logits)
     logprobs_match_distribution = True
     has_distribution = True
-    #: its distribution is its model's plain forward, so an audit may run it on the chunk's cached prompts
-    #: (:mod:`ablate.models.prompt_cache`), as it runs the judge: off for a regime that scores each row alone
-    #: (quantised) or streams its weights in at each forward (offloaded)
-    shares_prompts: ClassVar[bool] = True
 
     model: torch.nn.Module
 
@@ -67,7 +63,10 @@ class ModelReference(Reference):
         return next_token_logits(self.model, batch.to(self.ctx.device))
 
     def _distribution_on(self, batch: TokenBatch, prompts: ChunkPrompts) -> torch.Tensor:
-        # a subclass that computes its distribution otherwise (its own _distribution) keeps it
-        if not self.shares_prompts or type(self)._distribution is not ModelReference._distribution:
+        """The held model's forward on the chunk's cached prompts (:mod:`ablate.models.prompt_cache`), as the audit
+        runs the judge's, so a model equal to the judge audits to exactly its figures. A subclass that computes its
+        distribution otherwise (its own ``_distribution``: a quantised model scores each row alone, as training
+        does) keeps its own."""
+        if type(self)._distribution is not ModelReference._distribution:
             return self._distribution(batch)
         return prompts.next_token_logits(self.model, batch.to(self.ctx.device))

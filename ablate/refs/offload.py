@@ -151,9 +151,6 @@ class OffloadReference(ModelReference):
     """``ref=full``'s model with its weights kept on the CPU or on disk by Accelerate's hooks (the module docstring)."""
 
     rank = 15  # full's numbers at another memory cost: next to full
-    shares_prompts = (
-        False  # each forward streams the weights in: a prompt's and a response's forward would stream twice
-    )
     EXTRA_DOCS = {
         "offload_bytes": "weights the offloaded reference keeps off the compute device: its CPU copy (offload=cpu; "
         "on a CPU-only machine that is the execution device's own RAM) or its folder on disk (offload=disk)",

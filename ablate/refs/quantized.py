@@ -134,7 +134,6 @@ class QuantizedReference(ModelReference):
     """A bitsandbytes-quantised frozen model whose log-probs and distributions are computed per sequence."""
 
     required_packages = BNB
-    shares_prompts = False  # each row is scored alone, prompt and response in one forward, as training scores it
 
     def quantization_config(self):  # pragma: no cover - abstract
         raise NotImplementedError

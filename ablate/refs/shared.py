@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,6 +16,9 @@ from ablate.models.logprobs import add_logprob_head, head_logprobs, next_token_l
 from ablate.models.precision import unwrapped_forward
 from ablate.refs.base import Reference, TokenBatch, register
 from ablate.versions import required
+
+if TYPE_CHECKING:
+    from ablate.models.prompt_cache import ChunkPrompts
 
 
 @dataclass
@@ -66,3 +70,10 @@ class SharedReference(Reference):
         batch = batch.to(self.ctx.device)
         with self._base() as model:
             return next_token_logits(model, batch)
+
+    def _distribution_on(self, batch: TokenBatch, prompts: ChunkPrompts) -> torch.Tensor:
+        """The adapter-disabled policy on the chunk's cached prompts (:mod:`ablate.models.prompt_cache`), as the audit
+        runs the judge: the SFT model's weights, so it audits to exactly the judge's figures as ``full`` does."""
+        batch = batch.to(self.ctx.device)
+        with self._base() as model:
+            return prompts.next_token_logits(model, batch, state="adapter disabled")
