@@ -11,7 +11,10 @@ The rule (alpha from the report's config, 0.05 by default):
 A difference smaller than the margin that the 95% interval still detects is *equivalent* (the practitioner's
 question is whether the stand-in changes the result by more than the margin), with a note. A regime whose values
 equal the baseline's on every sample (every prompt of every seed) gets no verdict but *determinism check*: an
-identical code path cannot differ by noise, so the row tests nothing; it has no p-value and is not counted.
+identical code path cannot differ by noise, so the row tests nothing; it has no p-value and is not counted. A
+comparison on one paired seed is *inconclusive* whatever its interval, its note saying what the prompts alone would
+give: one seed's interval is over its prompts only, and training noise, which only a second seed measures, is not in
+it (a PARTIAL report's regime at its first seed, a one-seed sweep).
 
 The intervals come from each run's ``samples.jsonl``, paired by seed and prompt: a hierarchical percentile
 bootstrap over seeds and prompts (:mod:`analysis.bootstrap`) and, with two seeds or more, also the Student-t
@@ -49,6 +52,9 @@ CROSSED = "union of two-way bootstrap, two-way t and seed-level t"
 SEED_T = "seed-level t (no samples.jsonl)"
 T_WIDER = "the seeds' spread sets the interval (seed-level t wider)"
 TWO_WAY_WIDER = "the prompts' spread sets the interval (two-way t wider)"
+#: a comparison on one paired seed gets no verdict: its interval is over the prompts alone, and training noise (what a
+#: second seed would measure; the null control's seeds show it can be larger than the prompts') is not in it
+ONE_SEED = "no verdict from one seed (training noise is not in its interval): {v} over the prompts alone"
 
 
 def verdict(lo: float, hi: float, lo_inner: float, hi_inner: float, margin: float) -> str:
@@ -324,6 +330,9 @@ def compare(runs: pd.DataFrame, prompts: pd.DataFrame, cfg: ReportConfig) -> pd.
                 v = verdict(row["lo"], row["hi"], row["lo_inner"], row["hi_inner"], margin)
                 if v == EQUIVALENT and (row["lo"] > 0 or row["hi"] < 0):
                     row["note"] = "; ".join(x for x in (row["note"], "a difference smaller than the margin") if x)
+                if row["n_seeds"] == 1 and v != INCONCLUSIVE and not row["identical"]:
+                    row["note"] = "; ".join(x for x in (row["note"], ONE_SEED.format(v=v)) if x)
+                    v = INCONCLUSIVE
                 if not math.isfinite(margin):
                     row["note"] = "; ".join(x for x in (row["note"], "no margin (no baseline mean)") if x)
                 p_diff, p_tost = pvalues.union(tests, margin)

@@ -60,6 +60,12 @@ def statistics_lines(cfg: ReportConfig, prompts: pd.DataFrame, eq: pd.DataFrame)
             "(`sft_indep_reward`); older runs without them are scored against the coupled SFT sample, as their "
             "own win rate was."
         )
+    if len(eq) and ((eq["n_seeds"] == 1) & (eq["verdict"] != DETERMINISM)).any():
+        lines.append(
+            "- one seed: a regime compared on one paired seed gets no verdict (**inconclusive**, whatever its "
+            "interval): that interval is over the prompts only, and training noise, which only a second seed "
+            "measures, is not in it; the row's note says what the prompts alone would give."
+        )
     if len(eq) and (eq["method"].str.startswith("seed-level")).any():
         lines.append("- some rows have no `samples.jsonl`: their intervals are seed-level t (see the method column).")
     return lines + [""]

@@ -69,6 +69,39 @@ def test_known_equivalent_different_and_inconclusive_regimes(tmp_path):
     assert v.loc[("nf4", "kl_true"), "margin"] == pytest.approx(math.log(1.1))  # a relative margin: log ratio
 
 
+def test_one_paired_seed_gets_no_verdict_whatever_its_prompts_give(tmp_path):
+    """The same shifts as above with ``int8`` and ``nf4`` at seed 0 only: their intervals over the prompts are as
+    tight as before (+0.3 and +0.02 on every prompt), but one seed holds no training noise, so neither is *different*
+    or *equivalent*: both *inconclusive*, the note saying what the prompts alone give; the statistics section says
+    why; ``cached``, identical on every sample, stays a determinism check; with both seeds the verdicts return."""
+    from analysis.report_verdicts import statistics_lines
+
+    for seed in (0, 1):
+        write_run(tmp_path, "full", seed, samples(seed, 12))
+    write_run(tmp_path, "int8", 0, samples(0, 12, shift=0.3))
+    write_run(tmp_path, "nf4", 0, samples(0, 12, shift=0.02))
+    write_run(tmp_path, "cached", 0, samples(0, 12))
+    cfg = ReportConfig(n_boot=1000)
+    v = _verdicts(tmp_path, cfg)
+    int8, nf4 = v.loc[("int8", "reward_delta")], v.loc[("nf4", "reward_delta")]
+    assert (int8["lo"], int8["hi"], nf4["lo"], nf4["hi"]) == pytest.approx((0.3, 0.3, 0.02, 0.02))
+    assert int8["verdict"] == nf4["verdict"] == "inconclusive"
+    assert int8["note"].endswith(
+        "no verdict from one seed (training noise is not in its interval): different over the prompts alone"
+    )
+    assert nf4["note"].endswith("equivalent over the prompts alone")
+    assert set(v.loc["cached", "verdict"]) == {"determinism check"}
+    runs = load_runs(tmp_path).runs
+    said = [line for line in statistics_lines(cfg, prompt_frame(runs), v.reset_index()) if "one seed" in line]
+    assert len(said) == 1 and "gets no verdict (**inconclusive**" in said[0]
+    write_run(tmp_path, "int8", 1, samples(1, 12, shift=0.3))
+    both = _verdicts(tmp_path, cfg)
+    assert both.loc[("int8", "reward_delta"), "verdict"] == "different"
+    assert not any(
+        "one seed" in line for line in statistics_lines(cfg, prompt_frame(runs), both.drop("nf4").reset_index())
+    )
+
+
 def test_seed_level_t_fallback_without_samples(tmp_path):
     """No samples.jsonl: the paired t interval of the summary values. Differences 0.01, 0.02, 0.03: mean 0.02,
     sd 0.01, 90% half-width t(0.95, 2) * 0.01 / sqrt(3) = 0.01686: inside ±0.05."""
