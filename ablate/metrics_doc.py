@@ -32,7 +32,9 @@ Metrics that cannot be computed are NaN with a reason in `nan_reasons` (for exam
 files are strict JSON: `summary.json`, `metrics.jsonl` and `samples.jsonl` write such a value (and an infinite one)
 as `null`, with its reason in `nan_reasons` (a non-finite value that came without one gets a reason saying what it
 was: NaN, `+inf` or `-inf`); W&B keeps NaN. The readers (`python -m ablate.status`, `analysis`,
-`RunFolder.read_summary`) turn `null` back into NaN and still read older run folders written with `NaN` tokens.
+`RunFolder.read_summary`) turn `null` back into NaN, or into the infinity its reason says it was (a summary's
+`+inf`/`-inf`; `analysis` then gives the mean over seeds as that infinity and says in how many seeds), and still
+read older run folders written with `NaN` tokens.
 KL values are never clamped: `kl_true` is the exact per-token KL over the whole vocabulary (log-softmax and sums in
 float64, a chunk of positions at a time), summed over each sampled response and averaged; `kl_true_k1` and
 `kl_true_k3` are Schulman's sampled estimators of the same quantity. A test holds every committed run's summary to

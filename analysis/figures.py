@@ -153,11 +153,15 @@ def kl_error(
     order = [r for r in groups if r in set(done["regime"])] if groups else ordered(done["regime"])  # groups: by regime
     regs = [r for r in order if done[done["regime"] == r]["kl_abs_err"].notna().any()]
     x = np.arange(len(regs))
+    infinite = []  # (x, seeds infinite, seeds): a seed whose divergence was infinite makes the mean infinite
     for off, col, label in ((-0.2, "kl_abs_err_step0", "step 0"), (0.2, "kl_abs_err", "end")):
         if col not in done:
             continue
         vals = [done[done["regime"] == r][col].astype(float) for r in regs]
-        means = np.array([v.mean() for v in vals])
+        marks = [(i, int(np.isinf(v).sum()), int(v.notna().sum())) for i, v in enumerate(vals) if np.isinf(v).any()]
+        vals = [v[np.isfinite(v)] for v in vals]  # the bars: finite seeds; an infinite one is marked above its bar
+        means = np.array([v.mean() if len(v) else np.nan for v in vals])
+        infinite += [(i + off, k, n, float(vals[i].max()) if len(vals[i]) else 0.0) for i, k, n in marks]
         spread = np.clip(
             np.nan_to_num([[m - v.min() for m, v in zip(means, vals)], [v.max() - m for m, v in zip(means, vals)]]),
             0,
@@ -182,9 +186,19 @@ def kl_error(
     at_start = "kl_abs_err_step0" in done and done["kl_abs_err_step0"].astype(float).notna().any()
     when = "pale: step 0, solid: end" if at_start else "at the end (no step-0 evaluation)"
     ax.set_title(f"stand-in divergence error by regime\n({when}; mean over seeds)", fontsize=10)
-    top = max((float(done[c].astype(float).max()) for c in ("kl_abs_err_step0", "kl_abs_err") if c in done), default=0)
-    if math.isfinite(top) and top > 0:
-        ax.set_ylim(0, top * 3)  # room above the tallest bar and its error bar on the symlog scale
+    finite = [done[c].astype(float) for c in ("kl_abs_err_step0", "kl_abs_err") if c in done]
+    top = max((float(v[np.isfinite(v)].max()) for v in finite if np.isfinite(v).any()), default=0)
+    if top > 0:
+        ax.set_ylim(0, top * (10 if infinite else 3))  # room above the tallest bar (and an infinity's mark)
+    for xi, k, n, below in infinite:  # just above the bar's finite seeds
+        ax.annotate(
+            f"+inf\n{k} of {n}\nseeds",
+            (xi, below * 1.5 if below > 0 else 1e-3),
+            ha="center",
+            va="bottom",
+            fontsize=6,
+            color="firebrick",
+        )
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 

@@ -59,12 +59,26 @@ JOB_TIME_NOTE = {
 
 
 def cell(row: pd.Series, col: str, scale: float = 1.0) -> str:
-    """``mean [lo, hi]`` over seeds; ``n/a`` with no data; the mean alone with one seed."""
+    """``mean [lo, hi]`` over seeds; ``n/a`` with no data; the mean alone with one seed; ``+inf (1 of 3 seeds)``
+    where some seed's value was infinite."""
     mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
+    if infinite := _infinite_seeds(row, col):
+        return f"{_infinity(mean)} ({infinite} of {int(row[f'{col}_n'])} seeds)"
     if schema.metric(col).unit == "cosine" and math.isfinite(mean):  # 0.9997 and 0.9765 differ: 4 decimals
         width = math.isfinite(lo) and math.isfinite(hi) and hi - lo > 1e-12
         return f"{mean:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if width else "")
     return span(mean, lo, hi)
+
+
+def _infinite_seeds(row: pd.Series, col: str) -> int:
+    """How many seeds of ``row`` had an infinite ``col`` (``stats.infinite_interval``)."""
+    k = pd.to_numeric(row.get(f"{col}_inf", 0), errors="coerce")
+    return int(k) if pd.notna(k) else 0
+
+
+def _infinity(mean: float) -> str:
+    """An infinite mean's sign; undefined (NaN) where the seeds' infinities disagree."""
+    return "undefined (+inf and -inf)" if math.isnan(mean) else ("+inf" if mean > 0 else "-inf")
 
 
 def latex_table(agg: pd.DataFrame, caption: str) -> str:
@@ -83,7 +97,10 @@ def latex_table(agg: pd.DataFrame, caption: str) -> str:
         cells = []
         for col, _, scale in cols:
             mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
-            if not math.isfinite(mean):
+            if infinite := _infinite_seeds(row, col):
+                sign = {math.inf: "+", -math.inf: "-"}.get(mean, r"\pm")
+                cells.append(rf"${sign}\infty$ ({infinite}/{int(row[f'{col}_n'])} seeds)")
+            elif not math.isfinite(mean):
                 cells.append("--")
             elif math.isfinite(lo):
                 cells.append(f"{_num(mean)} [{_num(lo)}, {_num(hi)}]")
@@ -155,15 +172,24 @@ def findings(agg: pd.DataFrame, baseline: str) -> list[str]:
     out = []
     for _, row in _ordered(agg).iterrows():
         e0, e1 = row.get("kl_abs_err_step0_mean", math.nan), row.get("kl_abs_err_mean", math.nan)
-        if row["regime"] != baseline and math.isfinite(e1):
+        if row["regime"] != baseline and not math.isnan(e1):
+            n0, n1 = int(row.get("kl_abs_err_step0_n", 0)), int(row["kl_abs_err_n"])
             # runs evaluated only at the end have no step-0 figure: the clause is left out, not printed as n/a
-            start = f"{_num(e0)} nats at step 0 and " if math.isfinite(e0) else ""
+            start = ""
+            if infinite := _infinite_seeds(row, "kl_abs_err_step0"):
+                start = f"{_infinity(e0)} nats at step 0 (in {infinite} of {n0} seeds) and "
+            elif math.isfinite(e0):
+                start = f"{_num(e0)} nats at step 0{'' if n0 == n1 else f' (n = {n0} seed{_s(n0)})'} and "
             out.append(
                 f"`{row['regime']}` ({row['condition']}): the stand-in divergence differs from the true KL by "
                 f"{start}{cell(row, 'kl_abs_err')} at the end "
-                f"(true KL {cell(row, 'kl_true')}; n = {int(row['kl_abs_err_n'])} seed{'s' if row['kl_abs_err_n'] != 1 else ''})."
+                f"(true KL {cell(row, 'kl_true')}; n = {n1} seed{_s(n1)})."
             )
     return out
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def _problems_table(data: Runs) -> list[str]:

@@ -95,7 +95,8 @@ def aggregate(
 ) -> pd.DataFrame:
     """One row per group of finished runs: ``<metric>_mean/_std/_n/_lo/_hi/_method`` for each metric, plus
     ``n_runs`` and the seeds. Positive quantities get :func:`positive_interval`, the others
-    :func:`t_interval`."""
+    :func:`t_interval`; a metric infinite in some seed gets :func:`infinite_interval` and ``<metric>_inf``, the
+    number of such seeds (the column only where some group has one: 0 in the others)."""
     done = runs[runs["status"] == "finished"]
     rows = []
     for key, g in done.groupby(list(by), sort=False):
@@ -105,18 +106,40 @@ def aggregate(
         row["n_runs"] = len(g)
         row["seeds"] = ",".join(str(s) for s in sorted(g["seed"].dropna().astype(int).unique()))
         for m in metrics:
-            if m not in g:
+            values = g[m].astype(float) if m in g else pd.Series([], dtype=float)
+            infinite = int(np.isinf(values).sum())
+            if infinite:
+                iv = infinite_interval(values)
+                row[f"{m}_inf"] = infinite
+            elif m not in g:
                 iv = Interval(math.nan, math.nan, 0, math.nan, math.nan)
             elif is_positive(m):
-                iv = positive_interval(g[m].astype(float), rng_for(seed, "aggregate", *key, m))
+                iv = positive_interval(values, rng_for(seed, "aggregate", *key, m))
             else:
-                iv = t_interval(g[m].astype(float))
+                iv = t_interval(values)
             row.update({f"{m}_mean": iv.mean, f"{m}_std": iv.std, f"{m}_n": iv.n, f"{m}_lo": iv.lo, f"{m}_hi": iv.hi})
             row[f"{m}_method"] = iv.method
         rows.append(row)
     out = pd.DataFrame(rows)
+    counts = [f"{m}_inf" for m in metrics if f"{m}_inf" in out]  # only where a seed was infinite
+    out[counts] = out[counts].fillna(0).astype(int)
     methods = [c for c in out if c.endswith("_method")]
     return out.astype(dict.fromkeys(methods, object)).copy()  # consolidated: not one block per column
+
+
+def infinite_interval(values) -> Interval:
+    """The mean over seeds where some seed's value is infinite (a divergence from a reference that gave a token no
+    mass): that infinity (undefined, NaN, where seeds disagree in sign), ``n`` every seed with a number, no
+    interval; the method says how many seeds were infinite."""
+    x = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
+    inf = x[np.isinf(x)]
+    if (inf > 0).all():
+        mean, what = math.inf, "+inf: the mean is +inf"
+    elif (inf < 0).all():
+        mean, what = -math.inf, "-inf: the mean is -inf"
+    else:
+        mean, what = math.nan, "+inf or -inf: the mean is undefined"
+    return Interval(mean, math.nan, len(x), math.nan, math.nan, f"{len(inf)} of {len(x)} seeds {what}, no interval")
 
 
 def paired_vs_baseline(

@@ -8,8 +8,9 @@ value that is not a finite number (NaN, +inf, -inf) is written as ``null``.
 The summary says why in ``nan_reasons`` (key -> reason; a non-finite value
 that came without a reason gets one saying what it was). The readers here
 (:func:`load_summary`, :meth:`RunFolder.read_metrics`) turn those nulls back
-into NaN, and still read files of older runs that hold the non-standard
-``NaN``/``Infinity``/``-Infinity`` tokens. W&B is given NaN as it is.
+into NaN, or into the infinity the summary's reason says it was, and still read
+files of older runs that hold the non-standard ``NaN``/``Infinity``/``-Infinity``
+tokens. W&B is given NaN as it is.
 """
 
 from __future__ import annotations
@@ -112,11 +113,15 @@ def strict_dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(null_for_nonfinite(to_python(obj)), allow_nan=False, default=str, **kwargs)
 
 
+#: the reason a summary records for an infinity that came without one, by its sign; the reader restores the value
+INFINITY_REASONS = {sign: f"{sign}inf (JSON has no infinity: written as null)" for sign in "+-"}
+
+
 def nonfinite_reason(value: float) -> str:
     """The reason a summary records for a value that is not a finite number and came without one."""
     if math.isnan(value):
         return "NaN, with no reason given by the code that computed it"
-    return f"{'+' if value > 0 else '-'}inf (JSON has no infinity: written as null)"
+    return INFINITY_REASONS["+" if value > 0 else "-"]
 
 
 def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
@@ -129,21 +134,27 @@ def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "nan_reasons": reasons} if reasons or "nan_reasons" in summary else summary
 
 
-def _nan_for_null(record: dict[str, Any], keys: Any) -> dict[str, Any]:
-    """``record`` with NaN in place of each null whose key is in ``keys``."""
-    return {k: math.nan if v is None and k in keys else v for k, v in record.items()}
+def _nan_for_null(record: dict[str, Any], keys: Any, infinite: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """``record`` with NaN in place of each null whose key is in ``keys`` (``infinite``: the keys whose null was an
+    infinity, with its value)."""
+    infinite = infinite or {}
+    return {k: infinite.get(k, math.nan) if v is None and k in keys else v for k, v in record.items()}
 
 
 def summary_from_json(text: str) -> dict[str, Any]:
     """A parsed ``summary.json``, strict (null) or older (``NaN`` tokens): the nulls of the schema's numeric
-    keys and of the keys with a reason in ``nan_reasons`` come back as NaN. Raises JSONDecodeError when the
-    text is not a JSON object."""
+    keys and of the keys with a reason in ``nan_reasons`` come back as NaN, or as +inf/-inf where the reason is
+    the one the writer gives an infinity (:data:`INFINITY_REASONS`). Raises JSONDecodeError when the text is not
+    a JSON object."""
     summary = json.loads(text)
     if not isinstance(summary, dict):
         raise json.JSONDecodeError("summary.json does not hold a JSON object", text, 0)
     reasons = summary.get("nan_reasons")
-    numeric = set(schema.report_columns()) | (set(reasons) if isinstance(reasons, Mapping) else set())
-    return _nan_for_null(summary, numeric)
+    reasons = reasons if isinstance(reasons, Mapping) else {}
+    numeric = set(schema.report_columns()) | set(reasons)
+    signs = {why: float(f"{sign}inf") for sign, why in INFINITY_REASONS.items()}
+    infinite = {k: signs[why] for k, why in reasons.items() if isinstance(why, str) and why in signs}
+    return _nan_for_null(summary, numeric, infinite)
 
 
 def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:

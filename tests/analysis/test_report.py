@@ -1,5 +1,6 @@
 """``python -m analysis report`` on a real tiny sweep: report, figures, CSV and LaTeX, failed jobs listed."""
 
+import math
 import subprocess
 import sys
 
@@ -75,3 +76,33 @@ def test_report_with_no_finished_job_is_one_line(tmp_path):
     line = res.stderr.strip()
     assert line.startswith(f"analysis: error: no finished jobs below {sweep} yet (")
     assert "1 unfinished" in line and "1 failed" in line and not (tmp_path / "r").exists()
+
+
+def test_findings_say_how_many_seeds_were_infinite_at_step_0():
+    """The drift report's topk: its divergence infinite at step 0 in one seed of two. The finding says +inf and in
+    how many seeds, not the other seed's number as if it were the mean of both."""
+    from analysis.report import cell, findings
+    from analysis.stats import aggregate
+    from tests.analysis.test_stats import _infinite_at_step0
+
+    agg = aggregate(_infinite_at_step0(), ["kl_true", "kl_abs_err_step0", "kl_abs_err"])
+    [line] = findings(agg, "full")
+    assert "+inf nats at step 0 (in 1 of 2 seeds) and 12.5 [" in line and "22.1 nats" not in line
+    assert line.endswith("n = 2 seeds).")
+    assert cell(agg.set_index("regime").loc["topk"], "kl_abs_err_step0") == "+inf (1 of 2 seeds)"
+
+
+def test_the_kl_error_figure_marks_an_infinite_seed_instead_of_averaging_it_away(tmp_path, monkeypatch):
+    from analysis import figures
+    from tests.analysis.test_stats import _infinite_at_step0
+
+    runs = _infinite_at_step0()
+    runs["kl_approx"] = runs["kl_true"] + runs["kl_abs_err"]
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    figures.kl_error(runs, tmp_path / "kl_error.png")
+    ax = drawn["fig"].axes[1]
+    assert [t.get_text() for t in ax.texts] == ["+inf\n1 of 2\nseeds"]
+    heights = sorted(round(b.get_height(), 3) for b in ax.patches)
+    assert heights == [0.0, 0.0, 13.65, 22.1]  # the bars: the finite seeds (arithmetic means)
+    assert ax.get_ylim()[1] > 22.1 * 3 and math.isfinite(ax.get_ylim()[1])

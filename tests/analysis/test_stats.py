@@ -2,6 +2,7 @@
 
 import math
 
+import pandas as pd
 import pytest
 
 from analysis.load import from_recorded
@@ -64,3 +65,42 @@ def test_a_metric_the_schema_calls_signed_never_gets_an_interval_for_positive_qu
     signed = [m.key for m in schema.summary_metrics() if "signed" in m.meaning or "can be negative" in m.meaning]
     assert {"kl_true_k1", "kl_penalty_err_mean", "margin_err_mean"} <= set(signed)
     assert [k for k in signed if is_positive(k) or is_positive(f"{k}_step0")] == []
+
+
+def _infinite_at_step0() -> pd.DataFrame:
+    """Two regimes over two seeds; topk's stand-in divergence infinite at step 0 in seed 0 (its reference gave a
+    token the policy had no mass), as the drift report's first topk run."""
+    rows = [
+        {
+            "status": "finished",
+            "condition": "all runs",
+            "regime": r,
+            "algo": "grpo",
+            "seed": s,
+            "kl_true": kl,
+            "kl_abs_err_step0": e0,
+            "kl_abs_err": e1,
+        }
+        for r, s, kl, e0, e1 in (
+            ("full", 0, 12.0, 0.0, 0.0),
+            ("full", 1, 14.0, 0.0, 0.0),
+            ("topk", 0, 23.1, math.inf, 19.1),
+            ("topk", 1, 21.0, 22.1, 8.2),
+        )
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_a_seed_whose_value_is_infinite_makes_the_mean_infinite_and_is_counted():
+    """Not the finite seeds' mean (22.1 over 'n = 2' would hide the infinity): +inf, every seed counted, no
+    interval, and how many seeds were infinite."""
+    agg = aggregate(_infinite_at_step0(), ["kl_abs_err_step0", "kl_abs_err"]).set_index("regime")
+    row = agg.loc["topk"]
+    assert row["kl_abs_err_step0_mean"] == math.inf and row["kl_abs_err_step0_n"] == 2
+    assert math.isnan(row["kl_abs_err_step0_lo"]) and math.isnan(row["kl_abs_err_step0_hi"])
+    assert row["kl_abs_err_step0_inf"] == 1 and agg.loc["full", "kl_abs_err_step0_inf"] == 0
+    assert row["kl_abs_err_step0_method"] == "1 of 2 seeds +inf: the mean is +inf, no interval"
+    assert row["kl_abs_err_mean"] == pytest.approx(math.sqrt(19.1 * 8.2))  # the end: finite, as before
+    assert "kl_abs_err_inf" not in agg  # the count only where a seed was infinite: other reports keep their columns
+    mixed = aggregate(_infinite_at_step0().replace({22.1: -math.inf}), ["kl_abs_err_step0"]).set_index("regime")
+    assert math.isnan(mixed.loc["topk", "kl_abs_err_step0_mean"]) and mixed.loc["topk", "kl_abs_err_step0_inf"] == 2
