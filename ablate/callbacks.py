@@ -53,7 +53,7 @@ class EvaluationCallback(RunCallback):
         self.state.add_eval(time.perf_counter() - t0, res.seconds)
         res.metrics = schema.complete(res.metrics)  # derived metrics of the schema, logged like the others
         metrics = {**res.metrics, **cost_metrics(self.reference, step)}
-        self.folder.log_metrics(step, metrics)
+        self.folder.log_metrics(step, metrics, reasons=schema.logged_reasons(res.nan_reasons, metrics))
         self.folder.add_samples(res.samples)
         self.logger.log(metrics, step=step)
         if self.state.first_eval is None:

@@ -30,7 +30,8 @@ means. Nats are summed over a response, then averaged over responses. Adding a m
 Metrics that cannot be computed are NaN with a reason in `nan_reasons` (for example the stand-in divergence of
 `ref=cached`, which has no next-token distribution for fresh samples), never a made-up number. The run folder's
 files are strict JSON: `summary.json`, `metrics.jsonl` and `samples.jsonl` write such a value (and an infinite one)
-as `null`, with its reason in `nan_reasons` (a non-finite value that came without one gets a reason saying what it
+as `null`, with its reason in `nan_reasons`: the summary's, and each `metrics.jsonl` line's own for that evaluation
+(a sample's null has its evaluation's reason; a non-finite value that came without one gets a reason saying what it
 was: NaN, `+inf` or `-inf`); W&B keeps NaN. The readers (`python -m ablate.status`, `analysis`,
 `RunFolder.read_summary`) turn `null` back into NaN, or into the infinity its reason says it was (a summary's
 `+inf`/`-inf`; `analysis` then gives the mean over seeds as that infinity and says in how many seeds), and still

@@ -6,9 +6,10 @@ All whole-file writes are atomic (temp file in the same directory, fsync,
 ``summary.json``, ``metrics.jsonl`` and ``samples.jsonl`` are strict JSON: a
 value that is not a finite number (NaN, +inf, -inf) is written as ``null``.
 The summary says why in ``nan_reasons`` (key -> reason; a non-finite value
-that came without a reason gets one saying what it was). The readers here
+that came without a reason gets one saying what it was), as does each line of
+``metrics.jsonl`` (its own ``nan_reasons``). The readers here
 (:func:`load_summary`, :meth:`RunFolder.read_metrics`) turn those nulls back
-into NaN, or into the infinity the summary's reason says it was, and still read
+into NaN, or into the infinity the reason says it was, and still read
 files of older runs that hold the non-standard ``NaN``/``Infinity``/``-Infinity``
 tokens. W&B is given NaN as it is.
 """
@@ -124,6 +125,18 @@ def nonfinite_reason(value: float) -> str:
     return INFINITY_REASONS["+" if value > 0 else "-"]
 
 
+def _nonfinite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _line_with_reasons(record: dict[str, Any], reasons: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A ``metrics.jsonl`` record with ``nan_reasons`` for its values that are not finite numbers: the line's own
+    where it has them, then ``reasons``, then one saying what the value was."""
+    given = {**(reasons or {}), **(record.get("nan_reasons") or {})}
+    why = {k: given.get(k) or nonfinite_reason(v) for k, v in record.items() if _nonfinite(v)}
+    return {**record, "nan_reasons": why} if why else record
+
+
 def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
     """``summary`` (plain Python) with a ``nan_reasons`` entry for every top-level value that is not a finite
     number; reasons already given are kept."""
@@ -150,11 +163,8 @@ def summary_from_json(text: str) -> dict[str, Any]:
     if not isinstance(summary, dict):
         raise json.JSONDecodeError("summary.json does not hold a JSON object", text, 0)
     reasons = summary.get("nan_reasons")
-    reasons = reasons if isinstance(reasons, Mapping) else {}
-    numeric = set(schema.report_columns()) | set(reasons)
-    signs = {why: float(f"{sign}inf") for sign, why in INFINITY_REASONS.items()}
-    infinite = {k: signs[why] for k, why in reasons.items() if isinstance(why, str) and why in signs}
-    return _nan_for_null(summary, numeric, infinite)
+    numeric = set(schema.report_columns()) | (set(reasons) if isinstance(reasons, Mapping) else set())
+    return _nan_for_null(summary, numeric, _infinities(reasons))
 
 
 def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -162,11 +172,19 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     return summary_from_json(Path(path).read_text(encoding="utf-8"))
 
 
+def _infinities(reasons: Any) -> dict[str, float]:
+    """The keys whose reason is the writer's for an infinity, with that infinity."""
+    signs = {why: float(f"{sign}inf") for sign, why in INFINITY_REASONS.items()}
+    if not isinstance(reasons, Mapping):
+        return {}
+    return {k: signs[why] for k, why in reasons.items() if isinstance(why, str) and why in signs}
+
+
 def metrics_from_json(line: str) -> Any:
-    """One parsed line of ``metrics.jsonl``, strict (null) or older (``NaN`` tokens): every value there is a
-    number, so each null comes back as NaN."""
+    """One parsed line of ``metrics.jsonl``, strict (null) or older (``NaN`` tokens): every value there but its
+    ``nan_reasons`` is a number, so each null comes back as NaN, or as the infinity its reason says it was."""
     row = json.loads(line)
-    return _nan_for_null(row, row.keys()) if isinstance(row, dict) else row
+    return _nan_for_null(row, row.keys(), _infinities(row.get("nan_reasons"))) if isinstance(row, dict) else row
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -299,17 +317,18 @@ class RunFolder:
             cfg = OmegaConf.create(to_python(dict(cfg)))
         return atomic_write_text(self.config_path, OmegaConf.to_yaml(cfg, resolve=True))
 
-    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Append ``{"step", "time", **metrics}`` as one fsynced strict JSON line (NaN/inf as null).
+    def log_metrics(self, step: int, metrics: Mapping[str, Any], reasons: Mapping[str, str] | None = None) -> None:
+        """Append ``{"step", "time", **metrics}`` as one fsynced strict JSON line (NaN/inf as null, each with its
+        reason in the line's ``nan_reasons``: from ``reasons``, by logged name, or one saying what it was).
 
         If the file ends in a partial line (killed writer), a newline is added
         first so the new record stays parseable.
         """
-        clash = {"step", "time"} & set(metrics)
+        clash = {"step", "time", "nan_reasons"} & set(metrics)
         if clash:
             raise ValueError(f"metric names reserved by log_metrics: {sorted(clash)}")
-        record = {"step": int(to_python(step)), "time": time.time(), **metrics}
-        line = strict_dumps(record) + "\n"
+        record = {"step": int(to_python(step)), "time": time.time(), **to_python(dict(metrics))}
+        line = strict_dumps(_line_with_reasons(record, reasons)) + "\n"
         with open(self.metrics_path, "a+b") as fh:
             if fh.tell() > 0:
                 fh.seek(-1, os.SEEK_END)
@@ -346,7 +365,7 @@ class RunFolder:
         """Keep only the records up to ``step`` (a job resuming from its checkpoint at ``step`` logs the
         later ones again); rewritten atomically."""
         rows = [r for r in self.read_metrics() if int(r.get("step", 0)) <= step]
-        atomic_write_text(self.metrics_path, "".join(strict_dumps(r) + "\n" for r in rows))
+        atomic_write_text(self.metrics_path, "".join(strict_dumps(_line_with_reasons(r)) + "\n" for r in rows))
 
     def write_samples(self, rows: list[Mapping[str, Any]]) -> Path:
         """Write generation samples to ``samples.jsonl`` atomically (strict JSON: NaN/inf as null)."""

@@ -357,6 +357,17 @@ def complete(metrics: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+def logged_reasons(reasons: Mapping[str, str], metrics: Mapping[str, float]) -> dict[str, str]:
+    """An evaluation's reasons (by summary key) by logged name, for the ``metrics`` (logged names) that are NaN;
+    an infinity keeps the run folder's own reason (it was computed, not missing)."""
+    out = {}
+    for m in summary_metrics():
+        v = metrics.get(m.logged) if m.logged else None
+        if isinstance(v, float) and math.isnan(v) and m.key in reasons:
+            out[m.logged] = reasons[m.key]
+    return out
+
+
 def derived_reasons(reasons: Mapping[str, str], suffix: str = "") -> dict[str, str]:
     """Why each derived summary key is NaN when an input is: the input's own reason, when it has one."""
     by_logged = {m.logged: m.key for m in summary_metrics() if m.logged}

@@ -75,6 +75,8 @@ def test_a_served_grpo_run_finishes(tmp_path):
     # the audit's stand-in divergence needs every sampled response scored: the random model's are split in ways
     # their text never tokenizes to, so it is NaN with that reason (test_served.py measures the distribution itself)
     assert "tokenizes 1 sampled responses otherwise" in s["nan_reasons"]["kl_approx"]
+    evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"kl/true"' in x]
+    assert evals[-1]["kl/approx"] is None and evals[-1]["nan_reasons"]["kl/approx"] == s["nan_reasons"]["kl_approx"]
 
 
 @pytest.mark.slow  # a llama.cpp server, and two runs (the second resumed)

@@ -182,10 +182,44 @@ def test_metrics_nan_and_types(tmp_path: Path) -> None:
     row = strict_loads(line)
     assert row["step"] == 0 and isinstance(row["time"], float)
     assert row["loss"] == 0.5 and row["t"] == 2.0 and row["kl"] is None
+    assert row["nan_reasons"] == {"kl": "NaN, with no reason given by the code that computed it"}
     (back,) = folder.read_metrics()
     assert math.isnan(back["kl"]) and back["loss"] == 0.5
     with pytest.raises(ValueError, match="step"):
         folder.log_metrics(1, {"step": 3})
+    with pytest.raises(ValueError, match="nan_reasons"):
+        folder.log_metrics(1, {"nan_reasons": 3})
+
+
+def test_a_metrics_line_says_why_each_null_is_null_and_an_infinity_reads_back(tmp_path: Path) -> None:
+    """The rule summary.json keeps, per evaluation: a null in metrics.jsonl carries its reason (the evaluation's,
+    or what the value was), and an infinite divergence reads back as +inf, not as a NaN nobody computed."""
+    folder = RunFolder(tmp_path)
+    metrics = {"kl/approx": math.inf, "kl/abs_err": math.inf, "eval/ppl": float("nan"), "kl/true": 0.5}
+    folder.log_metrics(0, metrics, reasons={"eval/ppl": "no tokens scored", "kl/true": "unused: finite"})
+    folder.log_metrics(20, {"kl/approx": 1.5, "kl/true": 0.5})
+    first, second = (strict_loads(x) for x in folder.metrics_path.read_text().splitlines())
+    assert first["kl/approx"] is None and first["nan_reasons"] == {
+        "kl/approx": "+inf (JSON has no infinity: written as null)",
+        "kl/abs_err": "+inf (JSON has no infinity: written as null)",
+        "eval/ppl": "no tokens scored",
+    }
+    assert "nan_reasons" not in second  # a line with only numbers gets none
+    back, _ = folder.read_metrics()
+    assert back["kl/approx"] == math.inf and back["kl/abs_err"] == math.inf and math.isnan(back["eval/ppl"])
+    folder.truncate_metrics(0)  # a resume rewrites the lines it keeps, reasons and all
+    (kept,) = folder.read_metrics()
+    assert kept["kl/approx"] == math.inf and kept["nan_reasons"] == first["nan_reasons"]
+
+
+def test_an_evaluations_reasons_go_to_its_logged_names() -> None:
+    from ablate.tracking import schema
+
+    metrics = {"kl/approx": float("nan"), "kl/true": 2.0, "eval/ppl": math.inf, "cost/ref_bytes": float("nan")}
+    given = {"kl_approx": "ref=cached has no next-token distribution", "ppl": "x", "kl_true": "y"}
+    why = schema.logged_reasons(given, metrics)
+    assert why == {"kl/approx": "ref=cached has no next-token distribution"}  # by its logged name
+    # an infinity keeps the writer's reason, a finite value needs none, a NaN without one gets the writer's
 
 
 def test_metrics_append_across_folders(tmp_path: Path) -> None:
@@ -217,15 +251,14 @@ def test_metrics_strict_lines_and_old_nan_token_lines_read_the_same(tmp_path: Pa
     new.log_metrics(1, {"kl/approx": -math.inf, "kl/true": 0.25})
     for line in new.metrics_path.read_text().splitlines():
         strict_loads(line)
-    old = RunFolder(tmp_path / "old")
-    rows = [strict_loads(line) for line in new.metrics_path.read_text().splitlines()]
-    nan = float("nan")
-    old.metrics_path.write_text(
-        "".join(json.dumps({k: nan if v is None else v for k, v in r.items()}) + "\n" for r in rows)
-    )
-    assert "NaN" in old.metrics_path.read_text()
+    old = RunFolder(tmp_path / "old")  # an older writer: NaN/Infinity tokens, no reasons
+    rows = [{k: v for k, v in r.items() if k != "nan_reasons"} for r in new.read_metrics()]
+    old.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "NaN" in old.metrics_path.read_text() and "Infinity" in old.metrics_path.read_text()
     a, b = old.read_metrics(), new.read_metrics()
-    assert _same(a, b) and all(isinstance(r["kl/approx"], float) and math.isnan(r["kl/approx"]) for r in b)
+    assert _same(a, [{k: v for k, v in r.items() if k != "nan_reasons"} for r in b])
+    assert all(isinstance(r["kl/approx"], float) and not math.isfinite(r["kl/approx"]) for r in b)
+    assert b[0]["train/loss"] == math.inf and b[1]["kl/approx"] == -math.inf
     new.truncate_metrics(0)  # rewritten strict
     (only,) = [strict_loads(line) for line in new.metrics_path.read_text().splitlines()]
     assert only["step"] == 0 and only["kl/approx"] is None
