@@ -428,7 +428,7 @@ class ReadOnlyFolder(RunFolder):
     def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
         return self.config_path
 
-    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+    def log_metrics(self, step: int, metrics: Mapping[str, Any], reasons: Mapping[str, str] | None = None) -> None:
         pass
 
     def truncate_metrics(self, step: int) -> None:

@@ -303,3 +303,16 @@ def test_each_evaluation_adds_its_samples_and_a_resume_truncates_them(tmp_path: 
     folder.truncate_samples(20)  # a job resuming from its checkpoint at step 20
     assert [r["step"] for r in folder.read_samples()] == [0, 0, 20, 20]
     assert folder.read_samples()[3] == {"step": 20, "prompt": "p1", "reward": 21.0}
+
+
+def test_the_read_only_folder_takes_what_the_run_folder_takes() -> None:
+    """Processes other than rank 0 get a ReadOnlyFolder: each method it overrides must accept the same arguments
+    (a new keyword on RunFolder alone fails only in a two-process job)."""
+    import inspect
+
+    from ablate.tracking.run_dir import ReadOnlyFolder
+
+    overridden = [n for n, f in vars(ReadOnlyFolder).items() if callable(f) and not n.startswith("_")]
+    assert "log_metrics" in overridden
+    for name in overridden:
+        assert inspect.signature(getattr(ReadOnlyFolder, name)) == inspect.signature(getattr(RunFolder, name)), name
