@@ -130,11 +130,11 @@ def _nonfinite(value: Any) -> bool:
 
 
 def _line_with_reasons(record: dict[str, Any], reasons: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A ``metrics.jsonl`` record with ``nan_reasons`` for its values that are not finite numbers: the line's own
-    where it has them, then ``reasons``, then one saying what the value was."""
+    """A ``metrics.jsonl`` record with ``nan_reasons`` for its values that are not finite numbers (and only
+    those): the line's own where it has them, then ``reasons``, then :func:`with_reasons`' default."""
     given = {**(reasons or {}), **(record.get("nan_reasons") or {})}
-    why = {k: given.get(k) or nonfinite_reason(v) for k, v in record.items() if _nonfinite(v)}
-    return {**record, "nan_reasons": why} if why else record
+    given = {k: why for k, why in given.items() if _nonfinite(record.get(k))}
+    return with_reasons({**record, "nan_reasons": given} if given else record)
 
 
 def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:
     number; reasons already given are kept."""
     reasons = dict(summary.get("nan_reasons") or {})
     for key, value in summary.items():
-        if isinstance(value, float) and not math.isfinite(value):
+        if _nonfinite(value):
             reasons.setdefault(key, nonfinite_reason(value))
     return {**summary, "nan_reasons": reasons} if reasons or "nan_reasons" in summary else summary
 
@@ -172,12 +172,16 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     return summary_from_json(Path(path).read_text(encoding="utf-8"))
 
 
+_INFINITY_OF_REASON = {why: float(f"{sign}inf") for sign, why in INFINITY_REASONS.items()}
+
+
 def _infinities(reasons: Any) -> dict[str, float]:
     """The keys whose reason is the writer's for an infinity, with that infinity."""
-    signs = {why: float(f"{sign}inf") for sign, why in INFINITY_REASONS.items()}
     if not isinstance(reasons, Mapping):
         return {}
-    return {k: signs[why] for k, why in reasons.items() if isinstance(why, str) and why in signs}
+    return {
+        k: _INFINITY_OF_REASON[why] for k, why in reasons.items() if isinstance(why, str) and why in _INFINITY_OF_REASON
+    }
 
 
 def metrics_from_json(line: str) -> Any:
