@@ -76,9 +76,14 @@ def _infinite_seeds(row: pd.Series, col: str) -> int:
     return int(k) if pd.notna(k) else 0
 
 
+def _infinity_sign(mean: float) -> str | None:
+    """An infinite mean's sign, ``+`` or ``-``; None (undefined) where the seeds' infinities disagree (NaN)."""
+    return None if math.isnan(mean) else ("+" if mean > 0 else "-")
+
+
 def _infinity(mean: float) -> str:
-    """An infinite mean's sign; undefined (NaN) where the seeds' infinities disagree."""
-    return "undefined (+inf and -inf)" if math.isnan(mean) else ("+inf" if mean > 0 else "-inf")
+    sign = _infinity_sign(mean)
+    return "undefined (+inf and -inf)" if sign is None else f"{sign}inf"
 
 
 def latex_table(agg: pd.DataFrame, caption: str) -> str:
@@ -98,7 +103,7 @@ def latex_table(agg: pd.DataFrame, caption: str) -> str:
         for col, _, scale in cols:
             mean, lo, hi = (row.get(f"{col}_{k}", math.nan) / scale for k in ("mean", "lo", "hi"))
             if infinite := _infinite_seeds(row, col):
-                sign = {math.inf: "+", -math.inf: "-"}.get(mean, r"\pm")
+                sign = _infinity_sign(mean) or r"\pm"
                 cells.append(rf"${sign}\infty$ ({infinite}/{int(row[f'{col}_n'])} seeds)")
             elif not math.isfinite(mean):
                 cells.append("--")

@@ -92,6 +92,22 @@ def test_findings_say_how_many_seeds_were_infinite_at_step_0():
     assert cell(agg.set_index("regime").loc["topk"], "kl_abs_err_step0") == "+inf (1 of 2 seeds)"
 
 
+def test_the_latex_table_gives_an_infinite_mean_its_sign_and_seed_count():
+    """The end error infinite in topk's seed 0: LaTeX's +infinity with the count; -infinity likewise; seeds whose
+    infinities disagree give an undefined sign (\\pm), never a number."""
+    from analysis.report import latex_table
+    from analysis.stats import aggregate
+    from tests.analysis.test_stats import _infinite_at_step0
+
+    runs = _infinite_at_step0().drop(columns="kl_abs_err").rename(columns={"kl_abs_err_step0": "kl_abs_err"})
+    topk_row = lambda tex: next(line for line in tex.splitlines() if " & topk & " in line)  # noqa: E731
+    assert r"$+\infty$ (1/2 seeds)" in topk_row(latex_table(aggregate(runs, ["kl_true", "kl_abs_err"]), "c"))
+    runs.loc[runs.kl_abs_err == math.inf, "kl_abs_err"] = -math.inf
+    assert r"$-\infty$ (1/2 seeds)" in topk_row(latex_table(aggregate(runs, ["kl_true", "kl_abs_err"]), "c"))
+    runs.loc[(runs.regime == "topk") & (runs.seed == 1), "kl_abs_err"] = math.inf
+    assert r"$\pm\infty$ (2/2 seeds)" in topk_row(latex_table(aggregate(runs, ["kl_true", "kl_abs_err"]), "c"))
+
+
 def test_the_kl_error_figure_marks_an_infinite_seed_instead_of_averaging_it_away(tmp_path, monkeypatch):
     from analysis import figures
     from tests.analysis.test_stats import _infinite_at_step0
