@@ -7,6 +7,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis.__main__ import main
@@ -48,3 +49,20 @@ def test_a_committed_report_regenerates_from_its_runs(name, tmp_path, monkeypatc
 
 def test_there_is_a_committed_report_with_runs():
     assert "calibration" in REPORTS
+
+
+def test_the_drift_beta_stage_runs_the_stand_ins_its_declared_rule_selects():
+    """sweeps/report_drift.yaml's beta stage (amended 2026-12-06, before any beta job): the stand-ins whose end true
+    KL ratio to full's lies above the null control's whole interval, at most three, largest first, once every
+    regime has its three seeds. `none` is no stand-in (no reference: beta does nothing to it); the placebo is the
+    control. What was queued (sweeps/report_drift.yaml's record) must be what the committed table selects, and any
+    beta run in the report one of them."""
+    oo = pd.read_csv(REPO / "reports/drift/overoptimisation.csv")
+    base = oo[~oo.regime.str.contains("(", regex=False)]
+    assert (base.n_seeds >= 3).all(), "the rule applies once every regime has its three seeds"
+    ceiling = base.loc[base.regime == "placebo", "end_kl_ratio_hi"].item()
+    above = base[~base.regime.isin(["full", "placebo", "none"]) & (base.end_kl_ratio > ceiling)]
+    selected = above.sort_values("end_kl_ratio", ascending=False).regime.head(3).tolist()
+    assert selected == ["snapshot", "ema", "distilled"]
+    folded = oo.regime[oo.regime.str.contains("(algo.beta=", regex=False)]
+    assert set(folded.str.split("(").str[0]) <= set(selected)
