@@ -134,7 +134,8 @@ def _line_with_reasons(record: dict[str, Any], reasons: Mapping[str, str] | None
     those): the line's own where it has them, then ``reasons``, then :func:`with_reasons`' default."""
     given = {**(reasons or {}), **(record.get("nan_reasons") or {})}
     given = {k: why for k, why in given.items() if _nonfinite(record.get(k))}
-    return with_reasons({**record, "nan_reasons": given} if given else record)
+    bare = {k: v for k, v in record.items() if k != "nan_reasons"}
+    return with_reasons({**bare, "nan_reasons": given} if given else bare)
 
 
 def with_reasons(summary: dict[str, Any]) -> dict[str, Any]:

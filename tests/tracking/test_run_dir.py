@@ -212,6 +212,16 @@ def test_a_metrics_line_says_why_each_null_is_null_and_an_infinity_reads_back(tm
     assert kept["kl/approx"] == math.inf and kept["nan_reasons"] == first["nan_reasons"]
 
 
+def test_a_rewritten_metrics_line_keeps_reasons_only_for_its_nulls(tmp_path: Path) -> None:
+    """A line read back with a reason for a value that is a number (a hand-edited file) and a null with none: the
+    resume's rewrite gives the null its reason and drops the number's, as a fresh line would have them."""
+    folder = RunFolder(tmp_path)
+    folder.metrics_path.write_text('{"step": 0, "kl": null, "loss": 0.5, "nan_reasons": {"loss": "stale"}}\n')
+    folder.truncate_metrics(0)
+    (line,) = folder.metrics_path.read_text().splitlines()
+    assert strict_loads(line)["nan_reasons"] == {"kl": "NaN, with no reason given by the code that computed it"}
+
+
 def test_an_evaluations_reasons_go_to_its_logged_names() -> None:
     from ablate.tracking import schema
 
