@@ -176,7 +176,7 @@ def natural_key(label: str) -> tuple:
 UNUSED_WHEN_ZERO = {"cfg.algo.beta": "kl_coef_final"}
 
 
-def _uses(runs: pd.DataFrame, setting: str) -> pd.Series:
+def uses_setting(runs: pd.DataFrame, setting: str) -> pd.Series:
     """Per run, whether it used ``setting`` (:data:`UNUSED_WHEN_ZERO`; every run uses any other setting). A run
     whose summary lacks the key (unfinished) follows the finished runs of its regime and algorithm."""
     key = UNUSED_WHEN_ZERO.get(setting)
@@ -217,7 +217,7 @@ def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
         else "all runs"
     )
     labels = runs["regime"].astype(str).copy()
-    used = {c: _uses(runs, c) for c in folded}
+    used = {c: uses_setting(runs, c) for c in folded}
     common = {c: runs.loc[used[c], c].map(str).mode().iloc[0] if used[c].any() else "" for c in folded}
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])

@@ -29,6 +29,7 @@ from analysis.report_verdicts import condition_sections, null_control_lines, sta
 from analysis.samples import prompt_frame
 from analysis.sensitivity import section as sensitivity_section
 from analysis.stats import aggregate, paired_vs_baseline
+from analysis.strength import section as strength_section
 
 
 def table(name: str) -> list[tuple[str, str, float]]:
@@ -342,6 +343,10 @@ def write_report(
     lines += over_lines
     if over_fig is not None:
         figs["overoptimisation"] = over_fig
+        strength_lines, strength_figs = strength_section(runs, pd.read_csv(out / "overoptimisation.csv"), out, baseline)
+        lines += strength_lines
+        figs.update({f"strength, {i}" if len(strength_figs) > 1 else "strength": f
+                     for i, f in enumerate(strength_figs, 1)})  # fmt: skip
     beta_lines, beta_fig = sensitivity_section(runs, eq, cfg, out)
     lines += beta_lines
     if beta_fig is not None:

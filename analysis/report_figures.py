@@ -18,6 +18,7 @@ from analysis.load import Runs, base_regime, natural_key
 from analysis.overoptimisation import CAPTION as OVEROPTIMISATION
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
+from analysis.strength import CAPTION as STRENGTH
 
 FIDELITY = (
     "fidelity of what training consumed from the reference (DPO: the sd of its margin error on the training pairs; "
@@ -55,6 +56,7 @@ CAPTIONS = {
     "(solid) and the stand-in divergence (dotted) at each evaluation. " + SEEDS,
     "sensitivity": SENSITIVITY,
     "overoptimisation": OVEROPTIMISATION,
+    "strength": STRENGTH,
     "drift": "Response length, repeated bigrams, unsafe rate and held-out perplexity at each evaluation. " + SEEDS,
 }
 
@@ -136,7 +138,7 @@ def make_figures(
 
 #: the names of the PNGs a report draws (``training_2.png``: one per condition); :func:`remove_stale` touches no other
 DRAWN = re.compile(
-    r"^(equivalence|frontier|kl_error|pareto|sensitivity|overoptimisation|(training|drift)(_\d+)?)\.png$"
+    r"^(equivalence|frontier|kl_error|pareto|sensitivity|overoptimisation|(training|drift|strength)(_\d+)?)\.png$"
 )
 
 

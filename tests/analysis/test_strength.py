@@ -1,0 +1,120 @@
+"""The report's beta section (analysis/strength.py): a stand-in run at several betas (``--fold algo.beta``), its end
+point against the baseline at the common beta, side by side by beta, with the null control and no reference for
+scale; on run folders written as runs write them. No model runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablate.tracking.run_dir import SUMMARY_KEYS, RunFolder
+from analysis import overoptimisation as oo
+from analysis import strength
+from analysis.__main__ import main
+from analysis.load import load_runs
+
+STEPS = (0, 20, 40)
+#: each run's end true KL: (regime, beta) -> per seed; full at 0.1 is the baseline
+END_KL = {
+    ("full", 0.1): (1.0, 2.0),
+    ("placebo", 0.1): (1.1, 1.8),
+    ("none", 0.1): (8.0, 9.0),
+    ("snapshot", 0.1): (4.0, 6.0),
+    ("snapshot", 1.0): (1.5, 2.0),
+}
+
+
+def _write(root, regime: str, beta: float, seed: int) -> None:
+    end = END_KL[(regime, beta)][seed]
+    folder = RunFolder(root / f"ref={regime},algo.beta={beta},seed={seed}")
+    folder.write_config(
+        {"ref": {"name": regime}, "algo": {"name": "grpo", "beta": beta}, "model": {"name": "tiny"}, "seed": seed}
+    )
+    s = {k: 0.5 for k in SUMMARY_KEYS}
+    s.update(status="finished", reason="", steps=40, regime=regime, algo="grpo", model="tiny", seed=seed)
+    s["kl_coef_final"] = 0.0 if regime == "none" else beta  # GRPO without a reference has no KL term
+    folder.write_summary(s)
+    for i, step in enumerate(STEPS):
+        folder.log_metrics(
+            step,
+            {
+                "kl/true": end * i / 2,
+                "eval/reward_delta": 0.1 * i - (0.05 * end if i == 2 else 0.0),
+                "eval/degenerate_rate": 0.75 if regime == "none" and i == 2 else 0.0,
+            },
+        )
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    for (regime, beta), kls in END_KL.items():
+        for seed in range(len(kls)):
+            _write(tmp_path / "sweep", regime, beta, seed)
+    return tmp_path / "sweep"
+
+
+def _table(sweep, out):
+    runs = load_runs(sweep, fold=["algo.beta"])
+    out.mkdir(parents=True, exist_ok=True)
+    oo.section(runs.curves, out)
+    return runs.runs, pd.read_csv(out / "overoptimisation.csv")
+
+
+def test_a_label_without_its_folded_beta_is_the_stand_in():
+    assert strength.stand_in("snapshot(algo.beta=0.3)") == "snapshot"
+    assert strength.stand_in("ema(alpha=0.1, algo.beta=1.0)") == "ema(alpha=0.1)"
+    assert strength.stand_in("ema(algo.beta=1.0, alpha=0.1)") == "ema(alpha=0.1)"
+    assert strength.stand_in("ema(alpha=0.1)") == "ema(alpha=0.1)"
+
+
+def test_the_stand_ins_rows_are_the_over_optimisation_tables_by_beta(sweep, tmp_path):
+    runs, table = _table(sweep, tmp_path / "out")
+    f = strength.frame(runs, table)
+    assert list(zip(f["regime"], f["beta"])) == [("snapshot", 0.1), ("snapshot(algo.beta=1.0)", 1.0)]
+    assert set(f["ref_name"]) == {"snapshot"}  # full (the baseline), placebo and none are not stand-ins here
+    at_1 = f.set_index("beta").loc[1.0]
+    ratios = np.log([1.5 / 1.0, 2.0 / 2.0])  # against full at 0.1, seed by seed
+    assert at_1["end_kl_ratio"] == pytest.approx(math.exp(ratios.mean()))
+    row = table.set_index("regime").loc["snapshot(algo.beta=1.0)"]
+    for col in ("end_kl_ratio", "end_kl_ratio_lo", "end_gold_difference_hi", "collapsed"):
+        assert at_1[col] == row[col]  # the table's own numbers, nothing recomputed
+
+
+def test_no_section_where_no_stand_in_ran_at_two_betas(sweep, tmp_path):
+    for seed in range(2):  # snapshot at 1 only: compared with full in the over-optimisation table, but no line to draw
+        for f in sweep.glob(f"ref=snapshot,algo.beta=0.1,seed={seed}"):
+            for p in f.iterdir():
+                p.unlink()
+            f.rmdir()
+    runs, table = _table(sweep, tmp_path / "out")
+    assert "snapshot(algo.beta=1.0)" in set(table["regime"])
+    assert strength.frame(runs, table).empty
+    assert strength.section(runs, table, tmp_path / "out") == ([], [])
+
+
+def test_the_report_has_the_section_and_its_figure_and_drops_them_without_beta_runs(sweep, tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out), "--title", "beta", "--fold", "algo.beta"]) == 0
+    text = (out / "report.md").read_text()
+    section = text.split("## Beta: does a larger beta hold the stand-in?")[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    assert [r.split(" | ")[:3] for r in rows] == [
+        ["| `snapshot`", "0.1", "2"],
+        ["| `snapshot`", "1", "2"],
+        ["| `placebo`", "0.1", "2"],
+        ["| `none`", "unused", "2"],  # GRPO without a reference: its beta is not a strength
+    ]
+    assert rows[-1].endswith("| 2 of 2 |")  # none collapsed in both seeds (3 of 4 responses degenerate at the end)
+    assert "`full` at beta 0.1" in section
+    png = out / "figures" / "strength.png"
+    assert png.stat().st_size > 10_000 and "](figures/strength.png)" in text
+    assert "*Figure (strength).*" in text
+    for f in sweep.glob("ref=snapshot,algo.beta=1.0,*"):  # the beta runs gone: no section, the stale figure removed
+        for p in f.iterdir():
+            p.unlink()
+        f.rmdir()
+    assert main(["report", str(sweep), "--out", str(out), "--title", "beta", "--fold", "algo.beta"]) == 0
+    assert "## Beta: does a larger beta" not in (out / "report.md").read_text() and not png.exists()
