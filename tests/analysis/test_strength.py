@@ -27,12 +27,11 @@ END_KL = {
 }
 
 
-def _write(root, regime: str, beta: float, seed: int) -> None:
+def _write(root, regime: str, beta: float, seed: int, lr: float = 1e-5) -> None:
     end = END_KL[(regime, beta)][seed]
-    folder = RunFolder(root / f"ref={regime},algo.beta={beta},seed={seed}")
-    folder.write_config(
-        {"ref": {"name": regime}, "algo": {"name": "grpo", "beta": beta}, "model": {"name": "tiny"}, "seed": seed}
-    )
+    folder = RunFolder(root / f"ref={regime},algo.beta={beta},algo.learning_rate={lr},seed={seed}")
+    algo = {"name": "grpo", "beta": beta, "learning_rate": lr}
+    folder.write_config({"ref": {"name": regime}, "algo": algo, "model": {"name": "tiny"}, "seed": seed})
     s = {k: 0.5 for k in SUMMARY_KEYS}
     s.update(status="finished", reason="", steps=40, regime=regime, algo="grpo", model="tiny", seed=seed)
     s["kl_coef_final"] = 0.0 if regime == "none" else beta  # GRPO without a reference has no KL term
@@ -85,7 +84,7 @@ def test_the_stand_ins_rows_are_the_over_optimisation_tables_by_beta(sweep, tmp_
 
 def test_no_section_where_no_stand_in_ran_at_two_betas(sweep, tmp_path):
     for seed in range(2):  # snapshot at 1 only: compared with full in the over-optimisation table, but no line to draw
-        for f in sweep.glob(f"ref=snapshot,algo.beta=0.1,seed={seed}"):
+        for f in sweep.glob(f"ref=snapshot,algo.beta=0.1,*,seed={seed}"):
             for p in f.iterdir():
                 p.unlink()
             f.rmdir()
@@ -118,3 +117,21 @@ def test_the_report_has_the_section_and_its_figure_and_drops_them_without_beta_r
         f.rmdir()
     assert main(["report", str(sweep), "--out", str(out), "--title", "beta", "--fold", "algo.beta"]) == 0
     assert "## Beta: does a larger beta" not in (out / "report.md").read_text() and not png.exists()
+
+
+def test_each_condition_gets_its_table_and_figure(sweep, tmp_path):
+    """Runs at a second learning rate are another condition: each has its stand-in table under its own heading and
+    its own figure, captioned like the first."""
+    for (regime, beta), kls in END_KL.items():
+        for seed in range(len(kls)):
+            _write(sweep, regime, beta, seed, lr=3e-5)
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out), "--title", "beta", "--fold", "algo.beta"]) == 0
+    text = (out / "report.md").read_text()
+    section = text.split("## Beta: does a larger beta hold the stand-in?")[1].split("\n## ")[0]
+    heads = [ln for ln in section.splitlines() if ln.startswith("### ")]
+    assert heads == [f"### algo.learning_rate={lr}: `full` at beta 0.1" for lr in ("1e-05", "3e-05")]
+    for i in (1, 2):
+        assert (out / "figures" / f"strength_{i}.png").stat().st_size > 10_000
+        assert f"](figures/strength_{i}.png)\n\n*Figure (strength, {i}).* {strength.CAPTION}" in text
+    assert not (out / "figures" / "strength.png").exists()
