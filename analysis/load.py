@@ -174,6 +174,8 @@ def natural_key(label: str) -> tuple:
 #: a setting a run may carry without using it, and the summary key that is 0 where it went unused (while the
 #: setting is not): GRPO and PPO with ref=none train with no KL term (kl_coef_final 0) whatever their algo.beta says
 UNUSED_WHEN_ZERO = {"cfg.algo.beta": "kl_coef_final"}
+#: the algorithm's beta, as the runs' table names it
+BETA = "cfg.algo.beta"
 
 
 def uses_setting(runs: pd.DataFrame, setting: str) -> pd.Series:

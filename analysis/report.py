@@ -345,8 +345,7 @@ def write_report(
         figs["overoptimisation"] = over_fig
         strength_lines, strength_figs = strength_section(runs, pd.read_csv(out / "overoptimisation.csv"), out, baseline)
         lines += strength_lines
-        figs.update({f"strength, {i}" if len(strength_figs) > 1 else "strength": f
-                     for i, f in enumerate(strength_figs, 1)})  # fmt: skip
+        figs.update(strength_figs)
     beta_lines, beta_fig = sensitivity_section(runs, eq, cfg, out)
     lines += beta_lines
     if beta_fig is not None:

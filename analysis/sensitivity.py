@@ -25,10 +25,10 @@ from scipy import stats as sstats
 
 from analysis.figure_style import condition_handles, condition_markers, plt, regime_colors, save
 from analysis.figures_equivalence import panel_reach
+from analysis.load import BETA
 from analysis.markdown import md_table, num, span
 from analysis.report_config import ReportConfig
 
-BETA = "cfg.algo.beta"
 SD = "margin_err_sd"
 CAPTION = (
     "Each stand-in's difference from the exact reference at the same beta, in units of the metric's equivalence "

@@ -20,11 +20,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from analysis.figure_style import plt, regime_colors, save
-from analysis.load import base_regime, uses_setting
+from analysis.figure_style import ordered, plt, regime_colors, regime_key, save
+from analysis.load import BETA, base_regime, natural_key, uses_setting
 from analysis.markdown import md_table, num, span
 
-BETA = "cfg.algo.beta"
 #: the over-optimisation table's paired columns this section shows, with their headings
 SHOWN = (
     ("end_kl_ratio", "end KL ratio"),
@@ -34,13 +33,14 @@ SHOWN = (
 #: regimes drawn as references beside the stand-ins (each at the common beta): noise alone, and no reference
 REFERENCES = (("placebo", "null control (placebo)"), ("none", "no reference (none)"))
 CAPTION = (
-    "Each stand-in that ran at more than one beta, against the baseline at the common beta in the same seeds, per "
-    "beta (log scale): left, its end true KL as a ratio to the baseline's (log scale; 1, dashed: the baseline's "
-    "own); middle, its end gold reward minus the baseline's; right, the share of its seeds that collapsed. Markers: "
-    "the over-optimisation table's estimates (ratio: geometric mean over seeds; difference: mean), bars their 95% "
-    "t intervals over seeds (none with one seed); each stand-in's points are shifted a little sideways so that "
-    "their bars do not overlap. Grey band: the null control's interval (a prompt order alone); dotted line: no "
-    "reference at all."
+    "Each stand-in that ran at more than one beta, against the baseline at the common beta in the same seeds, "
+    "against the stand-in's beta (log axis): left, its end true KL as a ratio to the baseline's (log axis; 1, "
+    "dashed: the baseline's own); middle, its end gold reward minus the baseline's; right, the share of all its "
+    "seeds that collapsed. Markers: the over-optimisation table's estimates (ratio: geometric mean over the seeds "
+    "paired with the baseline; difference: mean), bars their 95% t intervals over seeds (none with one seed), n: "
+    "the seeds paired; each stand-in's points are shifted a little sideways so that their bars do not overlap. "
+    "References, at the common beta whatever the x axis says: the null control (grey band: its interval; right, "
+    "solid grey line: its share) and no reference at all (dotted)."
 )
 
 
@@ -54,25 +54,37 @@ _FOLDED_BETA = re.compile(r",? ?algo\.beta=[^,)]*")
 _EMPTY = re.compile(r"\(\)$")
 
 
+def _betas(runs: pd.DataFrame) -> pd.Series:
+    """Each (condition, regime)'s beta, from the runs that used it (NaN: none did, ``none`` under GRPO)."""
+    used = runs[BETA].where(uses_setting(runs, BETA))
+    return pd.to_numeric(used, errors="coerce").groupby([runs["condition"], runs["regime"]], sort=False).first()
+
+
+def _is_reference(label: str) -> bool:
+    return base_regime(label) in dict(REFERENCES) and stand_in(label) == label
+
+
 def frame(runs: pd.DataFrame, table: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     """The over-optimisation ``table``'s rows (with their paired columns) of every stand-in other than ``baseline``
-    that ran at more than one beta in a condition, with ``ref_name`` and ``beta`` (its runs' ``cfg.algo.beta``),
-    sorted by condition, stand-in and beta; empty where no stand-in did (or the runs record no beta)."""
+    and the references that ran at more than one (positive) beta in a condition, with ``stand_in`` (the label
+    without its folded beta) and ``beta``, in the report's order (conditions in natural order, stand-ins in the
+    regimes' order, beta rising); empty where no stand-in did (or the runs record no beta)."""
     if BETA not in runs or not len(table) or "n_paired" not in table:
         return pd.DataFrame()
-    beta = runs.groupby(["condition", "regime"], sort=False)[BETA].first().astype(float).rename("beta").reset_index()
-    t = table.merge(beta, on=["condition", "regime"], how="inner")
-    t = t[t["n_paired"].notna() & (t["regime"].map(base_regime) != baseline)].assign(
-        ref_name=lambda f: f["regime"].map(stand_in)
-    )
-    several = t.groupby(["condition", "ref_name"])["beta"].transform("nunique") > 1
-    t = t[several & ~t["ref_name"].isin([r for r, _ in REFERENCES])]
-    return t.sort_values(["condition", "ref_name", "beta"], kind="stable").reset_index(drop=True)
+    t = table.merge(_betas(runs).rename("beta").reset_index(), on=["condition", "regime"], how="inner")
+    t = t[t["n_paired"].notna() & (t["beta"] > 0) & (t["regime"].map(base_regime) != baseline)]
+    t = t[~t["regime"].map(_is_reference).astype(bool)]  # an empty map's dtype is object: not a mask
+    t = t.assign(stand_in=t["regime"].map(stand_in))
+    t = t[t.groupby(["condition", "stand_in"])["beta"].transform("nunique") > 1]
+    rows = t.to_dict("records")
+    order = sorted(range(len(t)), key=lambda i: (natural_key(rows[i]["condition"]), regime_key(rows[i]["stand_in"]),
+                                                 rows[i]["beta"]))  # fmt: skip
+    return t.iloc[order].reset_index(drop=True)
 
 
 def _references(table: pd.DataFrame, cond: str) -> dict[str, pd.Series]:
-    t = table[(table["condition"] == cond) & table["regime"].isin([r for r, _ in REFERENCES])]
-    return {r["regime"]: r for _, r in t.iterrows() if "n_paired" in r and pd.notna(r["n_paired"])}
+    t = table[(table["condition"] == cond) & table["regime"].map(_is_reference).astype(bool)]
+    return {base_regime(r["regime"]): r for _, r in t.iterrows() if "n_paired" in r and pd.notna(r["n_paired"])}
 
 
 def _errorbar(ax, x: float, row: pd.Series, col: str, color, label: str | None) -> None:
@@ -89,10 +101,10 @@ def figure(f: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: 
     colors = colors if colors is not None else regime_colors(table["regime"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     f = f[f["condition"] == cond]
-    names = list(dict.fromkeys(f["ref_name"]))
+    names = list(dict.fromkeys(f["stand_in"]))
     betas = sorted(set(f["beta"]))
     for i, name in enumerate(names):
-        g = f[f["ref_name"] == name]
+        g = f[f["stand_in"] == name]
         shift = 1.06 ** (i - (len(names) - 1) / 2)  # multiplicative: the x axis is logarithmic
         xs = [b * shift for b in g["beta"]]
         c = colors.get(name, colors.get(g["regime"].iloc[0], "black"))
@@ -100,6 +112,11 @@ def figure(f: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: 
             ax.plot(xs, g[col].astype(float), "-", color=c, lw=0.8, alpha=0.6)
             for j, (x, (_, row)) in enumerate(zip(xs, g.iterrows())):
                 _errorbar(ax, x, row, col, c, name if j == 0 else None)
+                if ax is axes[0] and math.isfinite(float(row[col])):
+                    n = f"n={int(row['n_paired'])}"
+                    ax.annotate(
+                        n, (x, float(row[col])), textcoords="offset points", xytext=(5, -3), fontsize=7, color=c
+                    )
         share = (g["collapsed"] / g["n_seeds"]).astype(float)
         axes[2].plot(xs, share, "-o", color=c, ms=5, lw=0.8, label=name)
         for x, (_, row), y in zip(xs, g.iterrows(), share):
@@ -128,7 +145,7 @@ def figure(f: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: 
     ylabels = ("end true KL / baseline's (ratio)", "end gold reward - baseline's", "share of seeds collapsed")
     for ax, y in zip(axes, ylabels):
         ax.set_xscale("log")
-        ax.margins(x=0.12)  # room for the collapse counts beside the last points
+        ax.margins(x=0.12)  # room for the counts beside the last points
         ax.set_xticks(betas, [num(b) for b in betas])
         ax.minorticks_off()
         ax.set_xlabel("beta (the stand-in's)")
@@ -151,33 +168,51 @@ def _row(name: str, beta: str, r: pd.Series) -> list[str]:
 
 def section(
     runs: pd.DataFrame, table: pd.DataFrame, out: Path, baseline: str = "full", colors: dict | None = None
-) -> tuple[list[str], list[Path]]:
-    """The report's section (``[]`` where no stand-in ran at several betas) and its figures, one per condition that
-    has such a stand-in (``strength.png``; ``strength_<i>.png`` with several)."""
+) -> tuple[list[str], dict[str, Path]]:
+    """The report's section (``[]`` where no stand-in ran at several betas) and its figures by name, one per
+    condition that has such a stand-in: ``strength`` (``strength.png``) where the report has one condition, else
+    ``strength, <condition>`` (``strength_<i>.png``, ``i`` the condition's place among the report's, as for its
+    training figures)."""
     f = frame(runs, table, baseline)
     if not len(f):
-        return [], []
-    used = runs[uses_setting(runs, BETA)]
-    beta = used.groupby(["condition", "regime"], sort=False)[BETA].first().map(lambda b: num(float(b)))
-    conds = list(dict.fromkeys(f["condition"]))
+        return [], {}
+    beta = _betas(runs).map(lambda b: num(float(b)) if math.isfinite(b) else "unused")
+    done = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
+    report_conds = sorted(done["condition"].astype(str).unique(), key=natural_key)
     lines = [
         "## Beta: does a larger beta hold the stand-in?",
         "",
-        f"Each stand-in that ran at more than one beta, against `{baseline}` at its own beta in the same seeds "
-        "(the over-optimisation table's rows, side by side by beta): its end true KL as a ratio to "
-        f"`{baseline}`'s (geometric mean [95% t interval on the log scale]), its end gold reward and variety minus "
-        f"`{baseline}`'s (mean [95% t interval]), and how many of its seeds collapsed. The last rows, for scale: "
-        "the null control (`placebo`, a prompt order alone) and no reference (`none`), where the report has them.",
+        f"Each stand-in that ran at more than one beta, against `{baseline}` at the common beta (each heading names "
+        "it) in the same seeds (the over-optimisation table's rows, side by side by the stand-in's beta): its end "
+        f"true KL as a ratio to `{baseline}`'s (geometric mean [95% t interval on the log scale]), its end gold "
+        f"reward and variety minus `{baseline}`'s (mean [95% t interval]), and how many of its seeds collapsed. The "
+        "last rows, for scale: the null control (`placebo`, a prompt order alone) and no reference (`none`), where "
+        "the report has them.",
         "",
     ]
-    figs = []
-    for i, cond in enumerate(conds, 1):
-        at = beta.get((cond, baseline), "n/a")
+    figs = {}
+    colors = colors or regime_colors(runs["regime"])
+    for cond in dict.fromkeys(f["condition"]):
+        g = f[f["condition"] == cond]
         refs = _references(table, cond)
-        rows = [_row(r["ref_name"], num(float(r["beta"])), r) for _, r in f[f["condition"] == cond].iterrows()]
-        rows += [_row(name, beta.get((cond, name), "unused"), refs[name]) for name, _ in REFERENCES if name in refs]
+        rows = [_row(r["stand_in"], num(float(r["beta"])), r) for _, r in g.iterrows()]
+        rows += [_row(r["regime"], beta.get((cond, r["regime"]), "n/a"), r) for _, r in refs.items()]
         header = ["regime", "beta", "seeds paired", *(h for _, h in SHOWN), "collapsed"]
-        lines += [f"### {cond}: `{baseline}` at beta {at}", "", md_table(header, rows), ""]
-        name = "strength.png" if len(conds) == 1 else f"strength_{i}.png"
-        figs.append(figure(f, table, cond, out / "figures" / name, colors or regime_colors(runs["regime"])))
+        lines += [
+            f"### {cond}: `{baseline}` at beta {beta.get((cond, baseline), 'n/a')}",
+            "",
+            md_table(header, rows),
+            "",
+        ]
+        uneven = [n for n, s in g.groupby("stand_in", sort=False)["n_paired"] if s.nunique() > 1]
+        if uneven:
+            lines += [
+                "The betas of " + ", ".join(f"`{n}`" for n in ordered(uneven)) + " do not all have the same seeds "
+                "yet (the seeds paired): a stand-in's rows at different betas rest on different seeds, so the seeds' "
+                "own spread is part of any difference between them.",
+                "",
+            ]
+        one = len(report_conds) == 1
+        path = out / "figures" / ("strength.png" if one else f"strength_{report_conds.index(cond) + 1}.png")
+        figs["strength" if one else f"strength, {cond}"] = figure(f, table, cond, path, colors)
     return lines, figs
