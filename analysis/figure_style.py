@@ -54,6 +54,15 @@ def regime_colors(regimes) -> dict[str, tuple]:
     return {r: palette[i % len(palette)] for i, r in enumerate(ordered(regimes))}
 
 
+def drawn_runs(runs):
+    """The runs a report's figures draw, and their conditions in natural order (a per-condition figure's number is
+    its condition's place in that list): the finished runs only, since a failed or unfinished run's last evaluation
+    is not the end of training and a condition whose every job failed (a broken model) has no figure; every run
+    where none finished."""
+    finished = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
+    return finished, sorted(finished["condition"].astype(str).unique(), key=natural_key)
+
+
 def condition_markers(conditions) -> dict[str, str]:
     """Each condition's marker, in the order given (the conditions' natural order: the same in every figure)."""
     return {c: CONDITION_MARKERS[i % len(CONDITION_MARKERS)] for i, c in enumerate(conditions)}

@@ -10,11 +10,11 @@ import pandas as pd
 
 from analysis import figures
 from analysis.bench_costs import step_ms
-from analysis.figure_style import LABEL_SEP, condition_markers
+from analysis.figure_style import LABEL_SEP, condition_markers, drawn_runs
 from analysis.figures_equivalence import equivalence as equivalence_figure
 from analysis.figures_frontier import CAPTION as FRONTIER_BY_CONDITION
 from analysis.figures_frontier import frontier_by_condition
-from analysis.load import Runs, base_regime, natural_key
+from analysis.load import Runs, base_regime
 from analysis.overoptimisation import CAPTION as OVEROPTIMISATION
 from analysis.report_config import ReportConfig
 from analysis.sensitivity import CAPTION as SENSITIVITY
@@ -100,10 +100,7 @@ def make_figures(
                 for c, r in zip(agg["condition"], agg["regime"])
             ]
         )
-    # the figures draw finished runs only: a failed or unfinished run's last evaluation is not the end of training,
-    # and a condition whose every job failed (a broken model) has no marker and no figure
-    finished = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
-    conditions = sorted(finished["condition"].astype(str).unique(), key=natural_key)
+    finished, conditions = drawn_runs(runs)  # a condition whose every job failed has no marker and no figure
     several = len(conditions) > 1  # then one point or line per condition and regime
     done_curves = data.curves[data.curves["path"].isin(finished["path"])] if len(data.curves) else data.curves
     curves, fig_runs, fig_agg = (_labelled(f, several) for f in (done_curves, runs, agg))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from analysis.figure_style import ordered, plt, regime_colors, regime_key, save
+from analysis.figure_style import drawn_runs, ordered, plt, regime_colors, regime_key, save
 from analysis.load import BETA, base_regime, natural_key, uses_setting
 from analysis.markdown import md_table, num, span
 
@@ -177,8 +177,7 @@ def section(
     if not len(f):
         return [], {}
     beta = _betas(runs).map(lambda b: num(float(b)) if math.isfinite(b) else "unused")
-    done = runs[runs["status"] == "finished"] if (runs["status"] == "finished").any() else runs
-    report_conds = sorted(done["condition"].astype(str).unique(), key=natural_key)
+    report_conds = drawn_runs(runs)[1]  # numbered as the report's other per-condition figures
     lines = [
         "## Beta: does a larger beta hold the stand-in?",
         "",
