@@ -12,7 +12,8 @@ tail model. ``keep_sampled`` says which of the two real services it stands for:
 Tail models:
 
 - ``tail=bucket``: the top-k keep their true log-probs; the remaining mass is spread evenly over the
-  other ``V - k`` tokens.
+  other ``V - k`` tokens. The answer's tail term is that mass's log, summed over the tail itself: where the top k
+  hold all but a few ulps of the mass, ``1 - sum(top)`` would round to 0 and give the tail ``-inf``.
 - ``tail=renorm``: every tail token gets the floor probability ``tail_floor``; the top-k are renormalised
   to the rest of the mass (so the top-k's own mass is overstated, the tail's understated).
 
@@ -58,9 +59,8 @@ def topk_distribution(logprobs: torch.Tensor, k: int, tail: str, tail_floor: flo
         return logprobs.clone()
     vals, idx = logprobs.topk(k, dim=-1)
     n_tail = vocab - k
-    if tail == "bucket":
-        tail_mass = (1.0 - vals.double().exp().sum(-1)).clamp_min(0.0)  # rounding can make it -1e-8
-        tail_lp = (tail_mass / n_tail).log().to(logprobs.dtype)
+    if tail == "bucket":  # the tail's own log-mass (the answer's tail term), not 1 - the top's: that rounds to 0
+        tail_lp = logprobs.scatter(-1, idx, -math.inf).logsumexp(-1) - math.log(n_tail)
         top = vals
     else:
         tail_lp = torch.full(vals.shape[:-1], math.log(tail_floor), dtype=logprobs.dtype, device=logprobs.device)

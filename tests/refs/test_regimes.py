@@ -50,6 +50,18 @@ def test_topk_is_a_proper_distribution_that_keeps_the_top(tail):
     assert (kl > 0).all()  # the tail costs fidelity
 
 
+def test_topk_bucket_tail_is_finite_where_the_top_hold_all_the_float_mass():
+    # float32: the top token's log-prob rounds to 0, so 1 - sum(top k) is <= 0 and a 1 - sum tail would be -inf
+    # (a GRPO k3 of +inf for a sampled token outside the top k); the tail's own log-mass keeps its true value
+    logits = torch.full((1, 1, 50), -40.0)
+    logits[..., 0] = 0.0
+    lp = torch.log_softmax(logits, -1)
+    assert lp[..., :5].double().exp().sum() >= 1.0
+    approx = topk_distribution(lp, 5, "bucket", 1e-10)
+    assert torch.isfinite(approx).all()
+    assert torch.allclose(approx, lp)  # an even tail is represented exactly
+
+
 def test_topk_small_k_biases_kl_and_logprobs(ref_ctx, full, batch, tiny_source):
     ref = TopKReference(TopKRefConfig(k=5, keep_sampled=False), ref_ctx)  # a top-logprobs endpoint
     d = (ref.logprobs(batch) - full.logprobs(batch))[batch.target_mask]
