@@ -14,7 +14,6 @@ It computes nothing new: every number is the over-optimisation table's (and the 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -44,24 +43,21 @@ CAPTION = (
 )
 
 
-def stand_in(label: str) -> str:
-    """A regime label without its folded beta (``ema(alpha=0.1, algo.beta=1.0)`` -> ``ema(alpha=0.1)``,
-    ``snapshot(algo.beta=0.3)`` -> ``snapshot``): what the section draws as one line across betas."""
-    return _EMPTY.sub("", _FOLDED_BETA.sub("", str(label)).replace("(, ", "("))
-
-
-_FOLDED_BETA = re.compile(r",? ?algo\.beta=[^,)]*")
-_EMPTY = re.compile(r"\(\)$")
-
-
 def _betas(runs: pd.DataFrame) -> pd.Series:
     """Each (condition, regime)'s beta, from the runs that used it (NaN: none did, ``none`` under GRPO)."""
     used = runs[BETA].where(uses_setting(runs, BETA))
     return pd.to_numeric(used, errors="coerce").groupby([runs["condition"], runs["regime"]], sort=False).first()
 
 
-def _is_reference(label: str) -> bool:
-    return base_regime(label) in dict(REFERENCES) and stand_in(label) == label
+def _labelled(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``table``'s rows of the regimes ``runs`` has, with their ``beta`` and ``stand_in`` (the label without its
+    folded beta, :func:`analysis.load.label_conditions`' ``unfolded``: ``ema(alpha=0.1, algo.beta=1.0)`` ->
+    ``ema(alpha=0.1)``), and ``reference``: a regime drawn for scale (:data:`REFERENCES`) at the common beta."""
+    keys = ["condition", "regime"]
+    stand_ins = runs.groupby(keys, sort=False)["unfolded"].first().rename("stand_in")
+    t = table.merge(pd.concat([_betas(runs).rename("beta"), stand_ins], axis=1).reset_index(), on=keys, how="inner")
+    is_ref = t["regime"].map(base_regime).isin(dict(REFERENCES)) & (t["stand_in"] == t["regime"])
+    return t.assign(reference=is_ref.astype(bool))
 
 
 def frame(runs: pd.DataFrame, table: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
@@ -71,10 +67,8 @@ def frame(runs: pd.DataFrame, table: pd.DataFrame, baseline: str = "full") -> pd
     regimes' order, beta rising); empty where no stand-in did (or the runs record no beta)."""
     if BETA not in runs or not len(table) or "n_paired" not in table:
         return pd.DataFrame()
-    t = table.merge(_betas(runs).rename("beta").reset_index(), on=["condition", "regime"], how="inner")
-    t = t[t["n_paired"].notna() & (t["beta"] > 0) & (t["regime"].map(base_regime) != baseline)]
-    t = t[~t["regime"].map(_is_reference).astype(bool)]  # an empty map's dtype is object: not a mask
-    t = t.assign(stand_in=t["regime"].map(stand_in))
+    t = _labelled(runs, table)
+    t = t[t["n_paired"].notna() & (t["beta"] > 0) & (t["regime"].map(base_regime) != baseline) & ~t["reference"]]
     t = t[t.groupby(["condition", "stand_in"])["beta"].transform("nunique") > 1]
     rows = t.to_dict("records")
     order = sorted(range(len(t)), key=lambda i: (natural_key(rows[i]["condition"]), regime_key(rows[i]["stand_in"]),
@@ -82,8 +76,9 @@ def frame(runs: pd.DataFrame, table: pd.DataFrame, baseline: str = "full") -> pd
     return t.iloc[order].reset_index(drop=True)
 
 
-def _references(table: pd.DataFrame, cond: str) -> dict[str, pd.Series]:
-    t = table[(table["condition"] == cond) & table["regime"].map(_is_reference).astype(bool)]
+def _references(runs: pd.DataFrame, table: pd.DataFrame, cond: str) -> dict[str, pd.Series]:
+    t = _labelled(runs, table)
+    t = t[(t["condition"] == cond) & t["reference"]]
     return {base_regime(r["regime"]): r for _, r in t.iterrows() if "n_paired" in r and pd.notna(r["n_paired"])}
 
 
@@ -95,7 +90,9 @@ def _errorbar(ax, x: float, row: pd.Series, col: str, color, label: str | None) 
     ax.errorbar([x], [y], yerr=bar, fmt="o", color=color, ms=5, capsize=3, lw=1.2, label=label)
 
 
-def figure(f: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: dict | None = None) -> Path:
+def figure(
+    f: pd.DataFrame, runs: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: dict | None = None
+) -> Path:
     """Three panels (see :data:`CAPTION`) for one condition's stand-ins; ``colors``: each regime label's (the
     report's: every regime it has, so that a stand-in keeps its colour across figures)."""
     colors = colors if colors is not None else regime_colors(table["regime"])
@@ -122,7 +119,7 @@ def figure(f: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: 
         for x, (_, row), y in zip(xs, g.iterrows(), share):
             count = f"{int(row['collapsed'])}/{int(row['n_seeds'])}"
             axes[2].annotate(count, (x, y), textcoords="offset points", xytext=(4, 4 + 9 * i), fontsize=7, color=c)
-    refs = _references(table, cond)
+    refs = _references(runs, table, cond)
     for regime, label in REFERENCES:
         if regime not in refs:
             continue
@@ -193,7 +190,7 @@ def section(
     colors = colors or regime_colors(runs["regime"])
     for cond in dict.fromkeys(f["condition"]):
         g = f[f["condition"] == cond]
-        refs = _references(table, cond)
+        refs = _references(runs, table, cond)
         rows = [_row(r["stand_in"], num(float(r["beta"])), r) for _, r in g.iterrows()]
         rows += [_row(r["regime"], beta.get((cond, r["regime"]), "n/a"), r) for _, r in refs.items()]
         header = ["regime", "beta", "seeds paired", *(h for _, h in SHOWN), "collapsed"]
@@ -213,5 +210,5 @@ def section(
             ]
         one = len(report_conds) == 1
         path = out / "figures" / ("strength.png" if one else f"strength_{report_conds.index(cond) + 1}.png")
-        figs["strength" if one else f"strength, {cond}"] = figure(f, table, cond, path, colors)
+        figs["strength" if one else f"strength, {cond}"] = figure(f, runs, table, cond, path, colors)
     return lines, figs

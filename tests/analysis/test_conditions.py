@@ -294,6 +294,21 @@ def test_fold_compares_a_stand_in_at_another_beta_with_the_baseline_at_the_commo
         load_runs(*folders, fold=["algo.betta"])
 
 
+def test_fold_keeps_each_label_without_its_folded_setting(tmp_path):
+    """``unfolded``: a regime's label without the folded beta, its own settings kept (one stand-in across betas)."""
+    for alpha, beta in ((0.1, 0.1), (0.1, 0.3), (0.3, 0.1)):
+        write_run(tmp_path / f"ema{alpha}_{beta}", "ema", 0, samples(0, 8),
+                  config={"algo": {"beta": beta}, "ref": {"name": "ema", "alpha": alpha}})  # fmt: skip
+    write_run(tmp_path / "full", "full", 0, samples(0, 8), config={"algo": {"beta": 0.1}})
+    runs = load_runs(tmp_path, fold=["algo.beta"]).runs.sort_values("regime")
+    assert list(zip(runs["regime"], runs["unfolded"])) == [
+        ("ema(alpha=0.1)", "ema(alpha=0.1)"),
+        ("ema(alpha=0.1, algo.beta=0.3)", "ema(alpha=0.1)"),
+        ("ema(alpha=0.3)", "ema(alpha=0.3)"),
+        ("full", "full"),
+    ]
+
+
 def test_fold_leaves_the_name_of_a_run_that_did_not_use_the_setting(tmp_path):
     """GRPO's ``none`` trains without a KL term (kl_coef_final 0) whatever its config's beta: folded beside
     stand-ins at 0.1 and 0.3 it stays ``none``, not ``none(algo.beta=0.04)``, and 0.04 does not count towards the
