@@ -15,6 +15,9 @@ table has several) and ``|format`` (a Python format spec; the report's own numbe
 - ``{{count:equivalent}}``: how many verdicts say so (``all``: every verdict; determinism checks are not verdicts,
   ``{{count:determinism check}}`` counts them).
 
+A line that opens with a placeholder whose value reads as a list marker (``1. Its ...``) has the marker escaped
+(``1\\. Its ...``): it renders as the text, not as a numbered list.
+
 A placeholder that names no row, or a field the row lacks, stops the report with one line.
 """
 
@@ -59,7 +62,16 @@ def render(text: str, folder: Path) -> str:
             tables[name] = pd.read_csv(path, keep_default_na=False, na_values=[""])
         return tables[name]
 
-    return PLACEHOLDER.sub(lambda m: value(m.group(1), table), text)
+    lines = []
+    for line in text.split("\n"):
+        filled = PLACEHOLDER.sub(lambda m: value(m.group(1), table), line)
+        if line.startswith("{{"):  # a count that opens a line ("1. Its ...") would start a Markdown list
+            filled = _LIST_ITEM.sub(r"\1\\\2", filled)
+        lines.append(filled)
+    return "\n".join(lines)
+
+
+_LIST_ITEM = re.compile(r"^(\d{1,9})([.)])(?=\s|$)")
 
 
 def value(spec: str, table) -> str:

@@ -50,6 +50,14 @@ def test_placeholders_are_filled_from_the_tables(folder):
     )
 
 
+def test_a_count_that_opens_a_line_does_not_start_a_list(folder):
+    """``...collapsed in 0 of\n{{n}}. Then ...`` with n = 1 would render as a numbered list item; it is escaped,
+    and only where a placeholder opens the line (a list the notes write themselves stays a list)."""
+    text = "seeds: {{oo:none:n_seeds:value|.0f}} of\n{{oo:none:n_seeds:value|.0f}}. Then\n1. a list item"
+    (folder / "overoptimisation.csv").write_text("condition,regime,n_seeds\nc1,none,1\n")
+    assert render(text, folder) == "seeds: 1 of\n1\\. Then\n1. a list item"
+
+
 @pytest.mark.parametrize(
     "spec,why",
     [
