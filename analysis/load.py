@@ -199,9 +199,9 @@ def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
     A setting in ``fold`` (``algo.beta``) is no condition: a run whose value differs from the one most runs have
     carries it in its regime (``ema(algo.beta=0.4)``), so that it is compared with the baseline at the common value
     (a stand-in at a larger beta against ``full`` at the usual one); a run that did not use it (``none``'s beta under
-    GRPO: :data:`UNUSED_WHEN_ZERO`) keeps its plain name; ``unfolded`` is the label without folded settings
-    (``ema(alpha=0.1)`` for ``ema(alpha=0.1, algo.beta=0.4)``: one stand-in across betas). A ValueError for a
-    setting no run has."""
+    GRPO: :data:`UNUSED_WHEN_ZERO`) keeps its plain name; ``unfolded`` is the label without its folded beta, its
+    other settings kept (``ema(alpha=0.1)`` for ``ema(alpha=0.1, algo.beta=0.4)``: one stand-in across betas). A
+    ValueError for a setting no run has."""
     if runs.empty:
         runs["condition"] = []
         runs["unfolded"] = []
@@ -222,20 +222,22 @@ def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
         else "all runs"
     )
     labels = runs["regime"].astype(str).copy()
-    unfolded = labels.copy()
+    without_beta = labels.copy()
     used = {c: uses_setting(runs, c) for c in folded}
     common = {c: runs.loc[used[c], c].map(str).mode().iloc[0] if used[c].any() else "" for c in folded}
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])
         for i, r in g.iterrows():
-            own = [f"{c[8:]}={r[c]}" for c in params]
-            items = own + [f"{c[4:]}={r[c]}" for c in folded if used[c][i] and str(r[c]) != common[c]]
+            items = [f"{c[8:]}={r[c]}" for c in params] + [
+                f"{c[4:]}={r[c]}" for c in folded if used[c][i] and str(r[c]) != common[c]
+            ]
             if items:
                 labels[i] = f"{name}(" + ", ".join(items) + ")"
-            if own:
-                unfolded[i] = f"{name}(" + ", ".join(own) + ")"
+            kept = [x for x in items if not x.startswith(f"{BETA[4:]}=")]
+            if kept:
+                without_beta[i] = f"{name}(" + ", ".join(kept) + ")"
     runs["regime"] = labels
-    runs["unfolded"] = unfolded
+    runs["unfolded"] = without_beta
 
 
 # ---------------------------------------------------------------------------------------------- folders

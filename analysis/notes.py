@@ -18,7 +18,8 @@ table has several) and ``|format`` (a Python format spec; the report's own numbe
 A line that opens with a placeholder whose value reads as a list marker (``1. Its ...``) has the marker escaped
 (``1\\. Its ...``): it renders as the text, not as a numbered list.
 
-A placeholder that names no row, or a field the row lacks, stops the report with one line.
+A placeholder that names no row, or a field the row lacks, or one split across lines, stops the report with one
+line.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def render(text: str, folder: Path) -> str:
         return tables[name]
 
     lines = []
-    for line in text.split("\n"):
+    for i, line in enumerate(text.split("\n"), 1):
         filled = PLACEHOLDER.sub(lambda m: value(m.group(1), table), line)
+        if "{{" in filled or "}}" in filled:
+            raise NotesError(f"notes: line {i}: a placeholder left open (one must not span lines): {line.strip()}")
         if line.startswith("{{"):  # a count that opens a line ("1. Its ...") would start a Markdown list
             filled = _LIST_ITEM.sub(r"\1\\\2", filled)
         lines.append(filled)

@@ -294,8 +294,8 @@ def test_fold_compares_a_stand_in_at_another_beta_with_the_baseline_at_the_commo
         load_runs(*folders, fold=["algo.betta"])
 
 
-def test_fold_keeps_each_label_without_its_folded_setting(tmp_path):
-    """``unfolded``: a regime's label without the folded beta, its own settings kept (one stand-in across betas)."""
+def test_fold_keeps_each_label_without_its_folded_beta(tmp_path):
+    """``unfolded``: a regime's label without the folded beta, its own settings and other folded ones kept."""
     for alpha, beta in ((0.1, 0.1), (0.1, 0.3), (0.3, 0.1)):
         write_run(tmp_path / f"ema{alpha}_{beta}", "ema", 0, samples(0, 8),
                   config={"algo": {"beta": beta}, "ref": {"name": "ema", "alpha": alpha}})  # fmt: skip
@@ -307,6 +307,15 @@ def test_fold_keeps_each_label_without_its_folded_setting(tmp_path):
         ("ema(alpha=0.3)", "ema(alpha=0.3)"),
         ("full", "full"),
     ]
+    # another folded setting stays in: only the beta is taken out
+    write_run(tmp_path / "ema_lr", "ema", 0, samples(0, 8),
+              config={"algo": {"beta": 0.3, "learning_rate": 1e-4}, "ref": {"name": "ema", "alpha": 0.1}})  # fmt: skip
+    runs = load_runs(tmp_path, fold=["algo.beta", "algo.learning_rate"]).runs
+    moved = runs[runs["cfg.algo.learning_rate"] == 1e-4].iloc[0]
+    assert (moved["regime"], moved["unfolded"]) == (
+        "ema(alpha=0.1, algo.beta=0.3, algo.learning_rate=0.0001)",
+        "ema(alpha=0.1, algo.learning_rate=0.0001)",
+    )
 
 
 def test_fold_leaves_the_name_of_a_run_that_did_not_use_the_setting(tmp_path):

@@ -70,6 +70,7 @@ def test_a_count_that_opens_a_line_does_not_start_a_list(folder):
         ("{{bench:int8:ms}}", "no table 'bench'"),
         ("{{primary:full:reward_delta:span}}", "reads primary.csv, which this report does not have"),
         ("{{eq:int8:kl_true:seed=7@c1}}", "no seed 7 in the row"),
+        ("{{eq:int8:kl_true:\nspan@c1}}", "line 1: a placeholder left open (one must not span lines)"),
     ],
 )
 def test_a_placeholder_the_tables_cannot_fill_is_one_clear_error(folder, spec, why):
