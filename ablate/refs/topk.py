@@ -59,13 +59,13 @@ def topk_distribution(logprobs: torch.Tensor, k: int, tail: str, tail_floor: flo
         return logprobs.clone()
     vals, idx = logprobs.topk(k, dim=-1)
     n_tail = vocab - k
+    out = logprobs.scatter(-1, idx, -math.inf)  # the tail alone; then the output, in the same buffer
     if tail == "bucket":  # the tail's own log-mass (the answer's tail term), not 1 - the top's: that rounds to 0
-        tail_lp = logprobs.scatter(-1, idx, -math.inf).logsumexp(-1) - math.log(n_tail)
+        out.copy_((out.logsumexp(-1, keepdim=True) - math.log(n_tail)).expand_as(out))
         top = vals
     else:
-        tail_lp = torch.full(vals.shape[:-1], math.log(tail_floor), dtype=logprobs.dtype, device=logprobs.device)
+        out.fill_(math.log(tail_floor))
         top = vals - vals.logsumexp(-1, keepdim=True) + math.log1p(-n_tail * tail_floor)
-    out = tail_lp.unsqueeze(-1).expand_as(logprobs).clone()
     return out.scatter_(-1, idx, top)
 
 
