@@ -228,12 +228,12 @@ def label_conditions(runs: pd.DataFrame, fold: Iterable[str] = ()) -> None:
     for name, g in runs.groupby("ref_name"):
         params = _varying(g, [c for c in cfg if c.startswith("cfg.ref.") and c != "cfg.ref.name"])
         for i, r in g.iterrows():
-            items = [f"{c[8:]}={r[c]}" for c in params] + [
-                f"{c[4:]}={r[c]}" for c in folded if used[c][i] and str(r[c]) != common[c]
-            ]
+            own = [f"{c[8:]}={r[c]}" for c in params]
+            moved = {c: f"{c[4:]}={r[c]}" for c in folded if used[c][i] and str(r[c]) != common[c]}
+            items = own + list(moved.values())
             if items:
                 labels[i] = f"{name}(" + ", ".join(items) + ")"
-            kept = [x for x in items if not x.startswith(f"{BETA[4:]}=")]
+            kept = own + [v for c, v in moved.items() if c != BETA]
             if kept:
                 without_beta[i] = f"{name}(" + ", ".join(kept) + ")"
     runs["regime"] = labels
