@@ -65,21 +65,27 @@ def frame(runs: pd.DataFrame, table: pd.DataFrame, baseline: str = "full") -> pd
     and the references that ran at more than one (positive) beta in a condition, with ``stand_in`` (the label
     without its folded beta) and ``beta``, in the report's order (conditions in natural order, stand-ins in the
     regimes' order, beta rising); empty where no stand-in did (or the runs record no beta)."""
+    return _frames(runs, table, baseline)[1]
+
+
+def _frames(runs: pd.DataFrame, table: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``table``'s labelled rows (:func:`_labelled`) and :func:`frame`'s, from one labelling."""
     if BETA not in runs or not len(table) or "n_paired" not in table:
-        return pd.DataFrame()
-    t = _labelled(runs, table)
+        return pd.DataFrame(), pd.DataFrame()
+    t = labelled = _labelled(runs, table)
     t = t[t["n_paired"].notna() & (t["beta"] > 0) & (t["regime"].map(base_regime) != baseline) & ~t["reference"]]
     t = t[t.groupby(["condition", "stand_in"])["beta"].transform("nunique") > 1]
     rows = t.to_dict("records")
     order = sorted(range(len(t)), key=lambda i: (natural_key(rows[i]["condition"]), regime_key(rows[i]["stand_in"]),
                                                  rows[i]["beta"]))  # fmt: skip
-    return t.iloc[order].reset_index(drop=True)
+    return labelled, t.iloc[order].reset_index(drop=True)
 
 
-def _references(runs: pd.DataFrame, table: pd.DataFrame, cond: str) -> dict[str, pd.Series]:
-    t = _labelled(runs, table)
-    t = t[(t["condition"] == cond) & t["reference"]]
-    return {base_regime(r["regime"]): r for _, r in t.iterrows() if "n_paired" in r and pd.notna(r["n_paired"])}
+def _references(t: pd.DataFrame, cond: str) -> dict[str, pd.Series]:
+    """Condition ``cond``'s references (:data:`REFERENCES`) that paired with the baseline, by regime, from the
+    labelled rows (:func:`_labelled`)."""
+    t = t[(t["condition"] == cond) & t["reference"] & t["n_paired"].notna()]
+    return {base_regime(r["regime"]): r for _, r in t.iterrows()}
 
 
 def _errorbar(ax, x: float, row: pd.Series, col: str, color, label: str | None) -> None:
@@ -90,12 +96,10 @@ def _errorbar(ax, x: float, row: pd.Series, col: str, color, label: str | None) 
     ax.errorbar([x], [y], yerr=bar, fmt="o", color=color, ms=5, capsize=3, lw=1.2, label=label)
 
 
-def figure(
-    f: pd.DataFrame, runs: pd.DataFrame, table: pd.DataFrame, cond: str, path: Path, colors: dict | None = None
-) -> Path:
-    """Three panels (see :data:`CAPTION`) for one condition's stand-ins; ``colors``: each regime label's (the
-    report's: every regime it has, so that a stand-in keeps its colour across figures)."""
-    colors = colors if colors is not None else regime_colors(table["regime"])
+def figure(f: pd.DataFrame, refs: dict[str, pd.Series], cond: str, path: Path, colors: dict) -> Path:
+    """Three panels (see :data:`CAPTION`) for one condition's stand-ins (:func:`frame`'s rows) and its references
+    (:func:`_references`); ``colors``: each regime label's (the report's: every regime it has, so that a stand-in
+    keeps its colour across figures)."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     f = f[f["condition"] == cond]
     names = list(dict.fromkeys(f["stand_in"]))
@@ -119,7 +123,6 @@ def figure(
         for x, (_, row), y in zip(xs, g.iterrows(), share):
             count = f"{int(row['collapsed'])}/{int(row['n_seeds'])}"
             axes[2].annotate(count, (x, y), textcoords="offset points", xytext=(4, 4 + 9 * i), fontsize=7, color=c)
-    refs = _references(runs, table, cond)
     for regime, label in REFERENCES:
         if regime not in refs:
             continue
@@ -170,7 +173,7 @@ def section(
     condition that has such a stand-in: ``strength`` (``strength.png``) where the report has one condition, else
     ``strength, <condition>`` (``strength_<i>.png``, ``i`` the condition's place among the report's, as for its
     training figures)."""
-    f = frame(runs, table, baseline)
+    labelled, f = _frames(runs, table, baseline)
     if not len(f):
         return [], {}
     beta = _betas(runs).map(lambda b: num(float(b)) if math.isfinite(b) else "unused")
@@ -190,7 +193,7 @@ def section(
     colors = colors or regime_colors(runs["regime"])
     for cond in dict.fromkeys(f["condition"]):
         g = f[f["condition"] == cond]
-        refs = _references(runs, table, cond)
+        refs = _references(labelled, cond)
         rows = [_row(r["stand_in"], num(float(r["beta"])), r) for _, r in g.iterrows()]
         rows += [_row(r["regime"], beta.get((cond, r["regime"]), "n/a"), r) for _, r in refs.items()]
         header = ["regime", "beta", "seeds paired", *(h for _, h in SHOWN), "collapsed"]
@@ -210,5 +213,5 @@ def section(
             ]
         one = len(report_conds) == 1
         path = out / "figures" / ("strength.png" if one else f"strength_{report_conds.index(cond) + 1}.png")
-        figs["strength" if one else f"strength, {cond}"] = figure(f, runs, table, cond, path, colors)
+        figs["strength" if one else f"strength, {cond}"] = figure(f, refs, cond, path, colors)
     return lines, figs
