@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -141,12 +144,21 @@ def test_a_folder_of_split_files_loads_through_datasets(tmp_path):
     assert data.prompts["eval"] == ["Review a song."] and data.prompts["test"] == ["Review a poem."]
 
 
-@pytest.mark.slow
-def test_an_unknown_dataset_id_offline_is_one_line(monkeypatch):
-    from ablate.errors import AblateError
-
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(AblateError, match="nobody-xyz/no-such-data") as e:
-        load_task(task("nobody-xyz/no-such-data"), n_eval=1)
-    assert "\n" not in str(e.value)
+def test_an_unknown_dataset_id_offline_is_one_line():
+    """In a fresh process, as a run meets it: ``datasets`` reads HF_DATASETS_OFFLINE when it is imported, so setting
+    it in this process after another test imported ``datasets`` would test the unreachable network instead (and
+    wait out its retries)."""
+    code = (
+        "from ablate.config import DatasetTaskConfig\n"
+        "from ablate.errors import AblateError\n"
+        "from ablate.tasks.dataset import load_task\n"
+        "try:\n"
+        "    load_task(DatasetTaskConfig(path='nobody-xyz/no-such-data'), n_eval=1)\n"
+        "except AblateError as e:\n"
+        "    print(e)\n"
+    )
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1 and "task.path=nobody-xyz/no-such-data" in done.stdout
+    assert "OfflineModeIsEnabled" in done.stdout, done.stdout
