@@ -127,6 +127,18 @@ def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | 
     )
 
 
+def run_sweep(
+    *args: str, sweep: Path, cwd: Path | str = REPO, timeout: int = 600
+) -> tuple[subprocess.CompletedProcess, list[Path]]:
+    """``python -m ablate -m <args>`` into the folder ``sweep``: one process for every job (one set of imports),
+    and the jobs' folders in the sweep's order (Hydra's job numbers)."""
+    res = run_cli(
+        "-m", *args, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", cwd=cwd, timeout=timeout
+    )
+    folders = [p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()] if sweep.is_dir() else []
+    return res, sorted(folders, key=lambda p: int(p.name))
+
+
 def popen_cli(*args: str, log: Path, cwd: Path | str = REPO) -> subprocess.Popen:
     """``python -m ablate <args>`` started in a subprocess, its stdout and stderr to the file ``log`` (a pipe nobody
     reads can fill and stall it), for a test that runs something beside it."""

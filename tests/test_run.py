@@ -10,7 +10,7 @@ import torch
 
 from ablate.models.precision import native_bf16, resolve
 from ablate.tracking.run_dir import SUMMARY_KEYS
-from tests.conftest import TINY_FAST, run_cli
+from tests.conftest import TINY_FAST, run_cli, run_sweep
 
 
 @pytest.mark.slow
@@ -140,14 +140,13 @@ def test_an_evaluation_at_step_0_leaves_training_and_the_final_evaluation_as_the
     """``eval.at_start`` only adds an evaluation: the evaluator draws from generators of its own, so the run trains
     and ends the same (which is why analysis.load does not split runs by it: seeds with and without it pool)."""
     extra = ["algo.num_generations=2"] if algo == "grpo" else []
+    res, folders = run_sweep(
+        *TINY_FAST, f"algo={algo}", *extra, "eval.interval=0", "eval.at_start=true,false", sweep=tmp_path / "sweep",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0 and len(folders) == 2, res.stderr[-3000:]
     out = {}
-    for at_start in ("true", "false"):
-        run_dir = tmp_path / at_start
-        res = run_cli(
-            *TINY_FAST, f"algo={algo}", *extra, "eval.interval=0", f"eval.at_start={at_start}",
-            f"hydra.run.dir={run_dir}", cwd=tmp_path,
-        )  # fmt: skip
-        assert res.returncode == 0, res.stderr[-3000:]
+    for at_start, run_dir in zip(("true", "false"), folders):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         losses = [r["train/loss"] for r in rows if "train/loss" in r]
         final = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]

@@ -11,7 +11,7 @@ from ablate.algos.trl_common import common_args
 from ablate.errors import ConfigError
 from ablate.refs.base import data_seed, regime_class, regime_names
 from ablate.refs.full import FullReference
-from tests.conftest import TINY_FAST, run_cli, typed_config
+from tests.conftest import TINY_FAST, run_sweep, typed_config
 
 
 def test_only_the_data_order_seed_moves(tmp_path):
@@ -34,12 +34,12 @@ def test_an_offset_of_zero_is_refused_in_one_line(tmp_path):
 def test_a_placebo_run_trains_otherwise_and_evaluates_the_same_prompts(tmp_path):
     """DPO on the tiny model: the same pairs in another order give another first gradient;
     the evaluation prompts are full's, in full's order."""
+    res, folders = run_sweep(*TINY_FAST, "threads=1", "ref=full,placebo", "seed=0", sweep=tmp_path / "sweep")
+    assert res.returncode == 0 and len(folders) == 2, res.stderr[-2000:]
     out = {}
-    for ref in ("full", "placebo"):
-        res = run_cli(*TINY_FAST, "threads=1", f"ref={ref}", "seed=0", f"hydra.run.dir={tmp_path / ref}")
-        assert res.returncode == 0, res.stderr[-2000:]
-        rows = [json.loads(x) for x in (tmp_path / ref / "samples.jsonl").read_text().splitlines()]
-        metrics = [json.loads(x) for x in (tmp_path / ref / "metrics.jsonl").read_text().splitlines()]
+    for ref, folder in zip(("full", "placebo"), folders):
+        rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+        metrics = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
         out[ref] = ([r["prompt"] for r in rows], [r["policy_response"] for r in rows], metrics)
     assert out["full"][0] == out["placebo"][0]
     # the first step: policy = reference, so the loss is log 2 either way; its batch shows in the gradient
