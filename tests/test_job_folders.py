@@ -43,3 +43,10 @@ def test_what_differs_too_long_or_nothing_at_all_names_the_folders_by_number():
 def test_a_path_s_slashes_make_folders_each_name_within_the_limit():
     jobs = [[f"task.path=/{'d' * 200}/{'e' * 200}.jsonl", f"ref={r}"] for r in ("full", "none")]
     assert folder_overrides(jobs, EXCLUDE) == ([], "")
+
+
+def test_the_names_are_the_ones_hydra_gives():
+    """The contract with Hydra this module restates: a job's folder name (``hydra.job.override_dirname``)."""
+    for job in (["ref=int8", "seed=1", "+sweep=regimes", "algo.beta=0.3", "model=tiny"], ["~logger", "ref=ema"]):
+        hydra = compose_raw(*job, hydra=True).hydra
+        assert dirname(job, set(hydra.job.config.override_dirname.exclude_keys)) == hydra.job.override_dirname
