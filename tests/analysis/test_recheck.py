@@ -275,3 +275,15 @@ def test_a_log_ratio_row_is_rechecked_from_both_runs_means(two_runs, tmp_path, c
     table.to_csv(out / "equivalence.csv", index=False)
     errors = recheck([sweep], out, n_boot=500).errors
     assert len(errors) == 1 and "int8 - full: kl_true" in errors[0], errors
+
+
+def test_the_bootstrap_loops_mean_is_numpy_s_to_the_last_bit():
+    import numpy as np
+
+    from analysis.recheck import _avg
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 63, 64, 65, 200, 5000):
+        for scale in (1e-3, 1.0, 1e6):
+            x = rng.standard_normal(n) * scale
+            assert _avg(x) == x.mean(), (n, scale)
