@@ -270,23 +270,6 @@ def process_overrides(argv: list[str]) -> list[str]:
     return out
 
 
-def job_folder_overrides(argv: list[str]) -> list[str]:
-    """For a sweep whose job folders Hydra would name past a file name's length: the overrides that name them
-    shorter (:mod:`ablate.job_folders`), said in one line. Nothing for one run, or where the command line names
-    the folders itself (``hydra.sweep.subdir``)."""
-    if not ("-m" in argv or "--multirun" in argv) or any(a.startswith("hydra.sweep.subdir=") for a in argv):
-        return []
-    from ablate.compose import compose_raw
-    from ablate.job_folders import folder_overrides
-
-    hydra_args = [a for a in argv if not _is_flag(a) and a.lstrip("+~").startswith("hydra")]
-    exclude = list(compose_raw(*hydra_args, hydra=True).hydra.job.config.override_dirname.exclude_keys)
-    extra, said = folder_overrides(_job_overrides(argv), exclude)
-    if said:
-        print(f"ablate: {said}", file=sys.stderr, flush=True)
-    return extra
-
-
 def _error_exit(message: str) -> None:
     print(f"ablate: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -374,8 +357,6 @@ def main() -> None:
     from ablate.compose import register_configs
 
     register_configs()
-    if not informational:
-        sys.argv += job_folder_overrides(argv)
     from ablate import distributed
 
     if distributed.world_size() > 1:

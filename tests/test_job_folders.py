@@ -1,52 +1,45 @@
-"""ablate.job_folders: a sweep's job folders stay within a file name's length, naming what differs between jobs."""
+"""ablate.job_folders: a sweep's job folders keep Hydra's names where they fit a file name, and are cut to fit where
+they do not, as a function of the job's own overrides."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+from omegaconf import OmegaConf
+
 from ablate.compose import compose_raw
-from ablate.job_folders import NAME_MAX, dirname, folder_overrides
+from ablate.job_folders import NAME_MAX, folder_name
 
-EXCLUDE = ["hydra.run.dir", "hydra.sweep.dir", "out_dir", "sweep"]
-LONG = [f"task.path={'x' * 120}.jsonl", f"model.name_or_path={'y' * 120}", "+sweep=drift"]
-
-
-def test_hydra_s_own_names_are_kept_when_they_fit():
-    jobs = [["ref=full", "seed=0"], ["ref=none", "seed=0"]]
-    assert dirname(jobs[0], set(EXCLUDE)) == "ref=full,seed=0"
-    assert folder_overrides(jobs, EXCLUDE) == ([], "")
+TAGS = "logger.tags=[" + ",".join(c * 60 for c in "abcd") + "]"  # 4 tags of 60 characters: a name past 255 bytes
 
 
-def test_too_long_names_keep_what_differs_and_hydra_takes_the_override():
-    jobs = [[*LONG, f"ref={r}", f"seed={s}"] for r in ("full", "none") for s in (0, 1)]
-    assert len(dirname(jobs[0], set(EXCLUDE)).encode()) > NAME_MAX
-    extra, said = folder_overrides(jobs, EXCLUDE)
-    assert said.startswith("the jobs' folder names would run to ") and "(ref=full,seed=0, ...)" in said
-    keep = list(compose_raw(*extra, hydra=True).hydra.job.config.override_dirname.exclude_keys)
-    assert keep == [*EXCLUDE, "model.name_or_path", "task.path"]
-    assert sorted(dirname(job, set(keep)) for job in jobs) == [
-        "ref=full,seed=0",
-        "ref=full,seed=1",
-        "ref=none,seed=0",
-        "ref=none,seed=1",
-    ]
+def test_a_name_that_fits_is_hydra_s():
+    assert folder_name("algo.beta=0.3,ref=int8,seed=1") == "algo.beta=0.3,ref=int8,seed=1"
+    assert folder_name("") == ""
+    long_path = f"task.path=/{'d' * 200}/{'e' * 200}.jsonl"  # each part of the path fits: nested folders, as Hydra's
+    assert folder_name(long_path) == long_path
 
 
-def test_what_differs_too_long_or_nothing_at_all_names_the_folders_by_number():
-    varying = [[f"task.path={c * 300}.jsonl"] for c in "ab"]
-    one_job = [LONG]
-    for jobs in (varying, one_job):
-        extra, said = folder_overrides(jobs, EXCLUDE)
-        assert extra == ["hydra.sweep.subdir=job_${hydra.job.num}"] and "(job_0, ...)" in said
-        hydra = compose_raw(*extra, hydra=True).hydra
-        assert hydra.sweep._get_node("subdir")._value() == "job_${hydra.job.num}"
+def test_a_name_that_does_not_fit_is_cut_and_stays_distinct():
+    names = [f"{'x' * 300},ref={r}" for r in ("full", "none")] + [f"task.path=/{'d' * 300}.jsonl,ref=full"]
+    cut = [folder_name(n) for n in names]
+    assert all(len(c.encode()) == NAME_MAX and "/" not in c for c in cut)
+    assert cut[0].startswith("x" * 200) and len(set(cut)) == 3
+    assert [folder_name(n) for n in names] == cut  # a rerun names them the same
+    assert len(folder_name("é" * 200).encode()) <= NAME_MAX  # never a split character
 
 
-def test_a_path_s_slashes_make_folders_each_name_within_the_limit():
-    jobs = [[f"task.path=/{'d' * 200}/{'e' * 200}.jsonl", f"ref={r}"] for r in ("full", "none")]
-    assert folder_overrides(jobs, EXCLUDE) == ([], "")
+def test_hydra_names_a_job_s_folder_through_it():
+    short = compose_raw("ref=int8", "seed=1", hydra=True)
+    assert OmegaConf.select(short, "hydra.sweep.subdir") == "ref=int8,seed=1"
+    long = compose_raw("ref=int8", TAGS, hydra=True)
+    name = OmegaConf.select(long, "hydra.sweep.subdir")
+    assert len(name.encode()) == NAME_MAX and name == folder_name(long.hydra.job.override_dirname)
 
 
-def test_the_names_are_the_ones_hydra_gives():
-    """The contract with Hydra this module restates: a job's folder name (``hydra.job.override_dirname``)."""
-    for job in (["ref=int8", "seed=1", "+sweep=regimes", "algo.beta=0.3", "model=tiny"], ["~logger", "ref=ema"]):
-        hydra = compose_raw(*job, hydra=True).hydra
-        assert dirname(job, set(hydra.job.config.override_dirname.exclude_keys)) == hydra.job.override_dirname
+def test_importing_ablate_registers_the_resolver():
+    """A launcher's worker process has the resolver once it imports ablate, as it does to unpickle its job."""
+    code = "import ablate; from omegaconf import OmegaConf; print(OmegaConf.has_resolver('ablate_job_folder'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

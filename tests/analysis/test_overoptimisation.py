@@ -298,9 +298,9 @@ def test_real_runs_curves_agree_with_their_samples(tmp_path):
         "eval.interval=1", "ref=full,none", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    # its overrides would name each job's folder past a file name's 255 bytes: the folders name what differs
-    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["ref=full", "ref=none"], res.stderr[-3000:]
-    assert "they name what differs between the jobs (ref=full, ...)" in res.stderr
+    # its overrides would name each job's folder past a file name's 255 bytes: Hydra's names cut to fit
+    folders = [p for p in sweep.iterdir() if p.is_dir()]
+    assert len(folders) == 2 and all(len(p.name.encode()) == 255 for p in folders), res.stderr[-3000:]
     out = tmp_path / "report"
     assert main(["report", str(sweep), "--out", str(out), "--title", "tiny drift"]) == 0
     table = pd.read_csv(out / "overoptimisation.csv").set_index("regime")

@@ -16,6 +16,8 @@ FAST = [o for o in TINY_FAST if not o.startswith("logger=")] + [
     "eval.fidelity=false",
 ]
 TWO = ["ref=ema,none"]  # a stateful regime and a reference-free one (two jobs: one round of the 2 workers)
+# tags that make each job's folder name (its overrides) too long for a file name: the worker processes name it
+TAGS = "logger.tags=[" + ",".join(c * 60 for c in "abcd") + "]"
 
 
 def _final_line(res) -> str:
@@ -41,8 +43,9 @@ def _check_two(sweep, res):
 @pytest.mark.slow
 def test_joblib_sweep_then_a_rerun_does_no_training(tmp_path):
     sweep = tmp_path / "sweep_joblib"
-    args = ["-m", *FAST, *TWO, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    args = ["-m", *FAST, *TWO, TAGS, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
     _check_two(sweep, run_cli(*args, cwd=tmp_path, timeout=900))
+    assert all(len(p.parent.name) == 255 for p in sweep.rglob("summary.json"))  # cut to fit, found again below
     summaries = {p: p.stat().st_mtime_ns for p in sweep.rglob("summary.json")}
     assert len(summaries) == 2
 
@@ -63,6 +66,7 @@ def test_submitit_local_sweep(tmp_path):
         "-m",
         *FAST,
         *TWO,
+        TAGS,
         "hydra/launcher=submitit",
         "hydra.launcher.cpus_per_task=1",
         "hydra.launcher.mem_gb=2",
