@@ -33,18 +33,20 @@ def test_an_offset_of_zero_is_refused_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_a_placebo_run_trains_otherwise_and_evaluates_the_same_prompts(tmp_path):
     """DPO on the tiny model: the same pairs in another order give another first gradient;
-    the evaluation prompts are full's, in full's order."""
-    res, folders = run_sweep(*TINY_FAST, "threads=1", "ref=full,placebo", "seed=0", sweep=tmp_path / "sweep")
-    assert res.returncode == 0 and len(folders) == 2, res.stderr[-2000:]
-    out = {}
-    for ref, folder in zip(("full", "placebo"), folders):
+    the evaluation prompts are full's, in full's order. One sweep, `full` on both sides of the placebo: whatever
+    differs between jobs of one process other than the pairs' order would show as a difference between the two."""
+    res, folders = run_sweep(*TINY_FAST, "threads=1", "ref=full,placebo,full", "seed=0", sweep=tmp_path / "sweep")
+    assert res.returncode == 0 and len(folders) == 3, res.stderr[-2000:]
+    out = []
+    for folder in folders:
         rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
         metrics = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
-        out[ref] = ([r["prompt"] for r in rows], [r["policy_response"] for r in rows], metrics)
-    assert out["full"][0] == out["placebo"][0]
+        out.append(([r["prompt"] for r in rows], [r["policy_response"] for r in rows], metrics))
+    full, placebo, full_again = out
+    assert full[0] == placebo[0] and full[:2] == full_again[:2]
     # the first step: policy = reference, so the loss is log 2 either way; its batch shows in the gradient
-    first = [next(m["train/grad_norm"] for m in out[r][2] if "train/grad_norm" in m) for r in ("full", "placebo")]
-    assert first[0] != first[1]
+    first = [next(m["train/grad_norm"] for m in run[2] if "train/grad_norm" in m) for run in out]
+    assert first[0] == first[2] != first[1]
 
 
 @pytest.mark.filterwarnings("ignore")
