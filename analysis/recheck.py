@@ -160,7 +160,7 @@ def seed_prompt_table(runs: pd.DataFrame, side: tuple[str, str], base: tuple[str
 def _avg(x: np.ndarray) -> float:
     """``x.mean()`` to the last bit (numpy's mean is its sum over the count), without the call's overhead: the
     bootstrap loops below take millions of means of a few dozen values."""
-    return x.sum() / x.shape[0]
+    return x.sum() / x.size
 
 
 def two_way_intervals(table: np.ndarray, n: int, seed: int, levels: tuple[float, ...]) -> list[tuple[float, float]]:
