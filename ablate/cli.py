@@ -43,9 +43,7 @@ def _is_flag(arg: str) -> bool:
 def _job_overrides(argv: list[str]) -> list[list[str]]:
     """The override list of every job the command line describes (sweeps expanded), as Hydra's basic
     sweeper builds them: a ``+sweep=`` preset's grid first, the command line after it (it wins on a key)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from ablate import presets
+    from ablate import hydra_fence, presets
 
     args = [a for a in argv if not _is_flag(a)]
     # drop the values of flags that take one (e.g. --config-name x, -cn x, --cfg job)
@@ -71,12 +69,12 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
     multirun = "-m" in argv or "--multirun" in argv
     params = [f"{k}={v}" for k, v in presets.grid(presets.selected(args)).items()] if multirun else []
     choices: dict[str, list[str]] = {}
-    for ov in OverridesParser.create().parse_overrides(params + args):
+    for ov in hydra_fence.parse(params + args):
         _check_shape(ov, multirun)
         key = ov.get_key_element()
         if multirun and ov.is_sweep_override():
             try:
-                values = list(ov.sweep_string_iterator())
+                values = hydra_fence.sweep_values(ov)
             except Exception:  # a sweep kind we cannot expand here: left to Hydra as written
                 values = []
             choices[key] = [f"{key}={v}" for v in values] or [ov.input_line]
@@ -93,7 +91,7 @@ def config_groups() -> list[str]:
 def _check_shape(ov, multirun: bool) -> None:
     """One job takes one option per config group and one value per key: several values are a sweep (``-m``).
     A list for a list-valued key (``model.adapter.target_modules=[q_proj,v_proj]``) is left to the schema."""
-    from hydra.core.override_parser.types import ValueType
+    from ablate.hydra_fence import is_list
 
     key = ov.key_or_group
     group = key in config_groups()
@@ -101,7 +99,7 @@ def _check_shape(ov, multirun: bool) -> None:
     if ov.is_sweep_override() and not multirun:
         also = "" if group else f" (for a list-valued key: {key}=[{values}])"
         raise ConfigError(sweep_hint(key, values, group) + also)
-    if group and ov.value_type == ValueType.ELEMENT and isinstance(ov.value(), list) and len(ov.value()) > 1:
+    if group and is_list(ov) and len(ov.value()) > 1:
         raise ConfigError(sweep_hint(key, ",".join(str(v) for v in ov.value()), group))
 
 
@@ -129,17 +127,16 @@ def _sweep_primary_check(argv: list[str]) -> None:
     """A sweep's command line composes on its own: Hydra first composes it without the sweep's lists (the preset's
     grid included) and fails there, in many lines, on a key that only a grid's choice has (``algo.reward_model.*``
     while the grid says ``algo=grpo``). One line instead, naming the choices to repeat on the command line."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ablate import presets
+    from ablate import hydra_fence, presets
     from ablate.compose import compose_raw
 
     if "-m" not in argv and "--multirun" not in argv:
         return
     args = [a for a in argv if not _is_flag(a) and not a.lstrip("+~").startswith("hydra")]
-    fixed = [o.input_line for o in OverridesParser.create().parse_overrides(args) if not o.is_sweep_override()]
+    fixed = [o.input_line for o in hydra_fence.parse(args) if not o.is_sweep_override()]
     try:
         compose_raw(*fixed)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
@@ -231,9 +228,11 @@ def preflight(argv: list[str]) -> int:
                 raise type(e)(f"{e}{where}") from None
             except (HydraException, OmegaConfBaseException, ValueError) as e:
                 raise ConfigError(f"{one_line(e)}{where}") from None
+    from ablate import hydra_fence
     from ablate.algos import trl_fence
 
-    trl_fence.check()  # an incompatible TRL fails here, in one line, not mid-run
+    hydra_fence.check()  # an incompatible Hydra or TRL fails here, in one line, not mid-run
+    trl_fence.check()
     return len(jobs)
 
 
@@ -285,15 +284,13 @@ def _hydra_main() -> None:
     def _app(cfg: DictConfig) -> dict:
         """One job. In a sweep a failing job is recorded (summary.json, W&B run marked failed) and the
         sweep goes on; a single run shows the traceback."""
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         from ablate import distributed
+        from ablate.hydra_fence import in_sweep
         from ablate.run import run_job
         from ablate.runtime import tune_allocator
 
         tune_allocator()  # also in launcher worker processes
-        sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+        sweeping = in_sweep()
         processes = distributed.world_size()
         if not distributed.is_main():
             logging.getLogger().setLevel(logging.WARNING)  # rank 0 says what each evaluation found, once

@@ -70,20 +70,21 @@ def hydra_session() -> Iterator[None]:
     """Hydra initialised on ``conf/``, every schema registered, for the duration; Hydra's global state is
     cleared before and after. Inside an open session, compose calls reuse it (one initialisation for many)."""
     from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+
+    from ablate.hydra_fence import clear_global_state
 
     if _session["open"]:
         yield
         return
     register_configs()
-    GlobalHydra.instance().clear()
+    clear_global_state()
     _session["open"] = True
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="ablate"):
             yield
     finally:
         _session["open"] = False
-        GlobalHydra.instance().clear()
+        clear_global_state()
 
 
 def compose_raw(*overrides: str, config_name: str = CONFIG_NAME, hydra: bool = False):

@@ -166,10 +166,11 @@ def _job_identity(cfg: DictConfig) -> tuple[str | None, str | None]:
     """(W&B group, run name) from Hydra: the sweep folder's name and the job's overrides."""
     try:
         from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+
+        from ablate.hydra_fence import in_sweep
 
         hc = HydraConfig.get()
-        group = Path(hc.sweep.dir).name if hc.mode == RunMode.MULTIRUN else None
+        group = Path(hc.sweep.dir).name if in_sweep() else None
         return group, hc.job.override_dirname or None
     except Exception:  # not under Hydra (tests calling run_job directly)
         return None, None

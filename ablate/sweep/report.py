@@ -8,8 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-
+from ablate.hydra_fence import Callback
 from ablate.status import OUTCOME
 
 

@@ -8,14 +8,13 @@ The files in ``sweeps/wandb/`` are generated from the presets; a test keeps them
 from __future__ import annotations
 
 import yaml
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from ablate import presets
+from ablate import hydra_fence, presets
 
 
 def _values(key: str, spec: str) -> list:
-    (ov,) = OverridesParser.create().parse_overrides([f"{key}={spec}"])
-    raw = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
+    (ov,) = hydra_fence.parse([f"{key}={spec}"])
+    raw = hydra_fence.sweep_values(ov) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
     return [yaml.safe_load(v) for v in raw]
 
 
