@@ -127,6 +127,10 @@ def run_cli(*args: str, cwd: Path | str = REPO, timeout: int = 600, env: dict | 
     )
 
 
+# logger.tags: 4 tags of 60 characters, harmless to a run, that name a sweep job's folder past a file name's 255 bytes
+LONG_NAME_TAGS = "logger.tags=[" + ",".join(c * 60 for c in "abcd") + "]"
+
+
 def run_sweep(
     *args: str, sweep: Path, cwd: Path | str = REPO, timeout: int = 600
 ) -> tuple[subprocess.CompletedProcess, list[Path]]:

@@ -10,8 +10,7 @@ from omegaconf import OmegaConf
 
 from ablate.compose import compose_raw
 from ablate.job_folders import NAME_MAX, folder_name
-
-TAGS = "logger.tags=[" + ",".join(c * 60 for c in "abcd") + "]"  # 4 tags of 60 characters: a name past 255 bytes
+from tests.conftest import LONG_NAME_TAGS
 
 
 def test_a_name_that_fits_is_hydra_s():
@@ -33,7 +32,7 @@ def test_a_name_that_does_not_fit_is_cut_and_stays_distinct():
 def test_hydra_names_a_job_s_folder_through_it():
     short = compose_raw("ref=int8", "seed=1", hydra=True)
     assert OmegaConf.select(short, "hydra.sweep.subdir") == "ref=int8,seed=1"
-    long = compose_raw("ref=int8", TAGS, hydra=True)
+    long = compose_raw("ref=int8", LONG_NAME_TAGS, hydra=True)
     name = OmegaConf.select(long, "hydra.sweep.subdir")
     assert len(name.encode()) == NAME_MAX and name == folder_name(long.hydra.job.override_dirname)
 

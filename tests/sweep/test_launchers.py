@@ -6,7 +6,7 @@ import re
 import pytest
 
 from ablate.tracking.wandb_offline import offline_runs, read_offline_run
-from tests.conftest import TINY_FAST, run_cli
+from tests.conftest import LONG_NAME_TAGS, TINY_FAST, run_cli
 
 # TINY_FAST without logger=none: these tests read the W&B offline runs; no fidelity audit (half a tiny job's evaluation
 # time, and not what these tests are about)
@@ -16,8 +16,6 @@ FAST = [o for o in TINY_FAST if not o.startswith("logger=")] + [
     "eval.fidelity=false",
 ]
 TWO = ["ref=ema,none"]  # a stateful regime and a reference-free one (two jobs: one round of the 2 workers)
-# tags that make each job's folder name (its overrides) too long for a file name: the worker processes name it
-TAGS = "logger.tags=[" + ",".join(c * 60 for c in "abcd") + "]"
 
 
 def _final_line(res) -> str:
@@ -43,7 +41,15 @@ def _check_two(sweep, res):
 @pytest.mark.slow
 def test_joblib_sweep_then_a_rerun_does_no_training(tmp_path):
     sweep = tmp_path / "sweep_joblib"
-    args = ["-m", *FAST, *TWO, TAGS, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    args = [
+        "-m",
+        *FAST,
+        *TWO,
+        LONG_NAME_TAGS,
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+    ]
     _check_two(sweep, run_cli(*args, cwd=tmp_path, timeout=900))
     assert all(len(p.parent.name) == 255 for p in sweep.rglob("summary.json"))  # cut to fit, found again below
     summaries = {p: p.stat().st_mtime_ns for p in sweep.rglob("summary.json")}
@@ -66,7 +72,7 @@ def test_submitit_local_sweep(tmp_path):
         "-m",
         *FAST,
         *TWO,
-        TAGS,
+        LONG_NAME_TAGS,
         "hydra/launcher=submitit",
         "hydra.launcher.cpus_per_task=1",
         "hydra.launcher.mem_gb=2",
