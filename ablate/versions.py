@@ -22,6 +22,7 @@ DEPENDENCIES: dict[str, str] = {
     "hydra-core": "==1.3.8",
     "hydra-joblib-launcher": "==1.2.0",
     "hydra-submitit-launcher": "==1.2.0",
+    "submitit": "==1.5.4",
     "omegaconf": ">=2.3",
     "wandb": "==0.31.0",
     "pandas": "==3.1.1",

@@ -13,6 +13,8 @@ objects the launcher builds, from the same config, and asks submitit itself for 
   ``SlurmExecutor._make_submission_file_text`` for the array it would submit (``map_count`` = the job count,
   ``--array=0-{n-1}%{array_parallelism}``), running submitit's own command
   (``python -u -m submitit.core._submit <folder>``: the job unpickles the launcher and its job's overrides).
+  That is submitit's private API: it lives in :mod:`ablate.sweep.submitit_fence`, whose contract is checked
+  before anything is rendered.
 
 Paths come out as the real run would write them from the current folder; a ``${now:...}`` in
 ``hydra.sweep.dir`` resolves to the time of the preview (the real run gets its own).
@@ -50,80 +52,6 @@ class Preview:
         return f"{self.header()}\n{self.script}"
 
 
-def _render_only_executor():
-    """submitit's SlurmExecutor, unchanged except that it exists where ``srun`` does not (its constructor
-    refuses otherwise) and cannot submit: rendering is all it is for."""
-    from submitit.slurm.slurm import SlurmExecutor
-
-    class RenderOnlySlurmExecutor(SlurmExecutor):
-        @classmethod
-        def name(cls) -> str:
-            return "slurm"  # the prefix of its parameters (slurm_max_num_timeout), as for SlurmExecutor
-
-        @classmethod
-        def affinity(cls) -> int:
-            return 2  # what SlurmExecutor reports where srun exists
-
-        def _submit_command(self, command: str):
-            raise RuntimeError("ablate.sweep.slurm_preview renders job scripts; it submits nothing")
-
-    return RenderOnlySlurmExecutor
-
-
-def _auto_executor(executor_cls, folder: str, **init_params):
-    """``AutoExecutor(cluster="slurm", folder=folder, **init_params)`` around ``executor_cls``: the same
-    attributes AutoExecutor's constructor sets (its constructor would build a SlurmExecutor, which needs srun),
-    so its own ``update_parameters`` converts the launcher's parameters (timeout_min -> time, mem_gb -> mem...)."""
-    from submitit.auto.auto import AutoExecutor, flexible_init
-    from submitit.core import plugins
-    from submitit.core.core import Executor
-
-    auto = AutoExecutor.__new__(AutoExecutor)
-    auto.cluster = LAUNCHER
-    auto._executor = flexible_init(executor_cls, folder, **init_params)
-    valid = auto._valid_parameters()
-    auto._deprecated_args = {
-        arg: f"{name}_{arg}"
-        for name, ex in plugins.get_executors().items()
-        for arg in ex._valid_parameters()
-        if arg not in valid
-    }
-    Executor.__init__(auto, auto._executor.folder, auto._executor.parameters)
-    return auto
-
-
-def executor_for(params: dict):
-    """The executor ``SlurmLauncher.launch`` builds from its parameters (``launcher.params``): the folder and
-    ``max_num_timeout`` go to the constructor, the shared parameters (hydra_submitit_launcher's
-    ``BaseQueueConf``) to ``update_parameters`` as they are, every other one prefixed ``slurm_``."""
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-    from omegaconf import OmegaConf
-
-    specific_init_keys = {"max_num_timeout"}
-    init_params = {f"{LAUNCHER}_{k}": v for k, v in params.items() if k in specific_init_keys}
-    executor = _auto_executor(_render_only_executor(), params["submitit_folder"], **init_params)
-    base = set(OmegaConf.structured(BaseQueueConf).keys())
-    init_keys = specific_init_keys | {"submitit_folder"}
-    executor.update_parameters(
-        **{k if k in base else f"{LAUNCHER}_{k}": v for k, v in params.items() if k not in init_keys}
-    )
-    return executor
-
-
-def script_for(executor, jobs: int) -> str:
-    """The sbatch file submitit writes for ``jobs`` submissions at once (``map_array``): several are one array
-    submitted by a copy of the executor with ``map_count`` set; one is a plain job."""
-    slurm = executor._executor
-    if jobs > 1:
-        array = type(slurm)(slurm.folder, slurm.max_num_timeout)
-        array.update_parameters(**slurm.parameters)
-        array.parameters["map_count"] = jobs
-        slurm_for_text = array
-    else:
-        slurm_for_text = slurm
-    return slurm_for_text._make_submission_file_text(slurm._submitit_command_str, "preview")
-
-
 def _hydra_args(overrides: list[str]) -> list[str]:
     """The overrides of Hydra's own node (``hydra.launcher.partition=gpu``); the CLI splits them off the same way."""
     from ablate.cli import _is_flag
@@ -152,7 +80,9 @@ def render(preset: str, overrides: list[str] = ()) -> Preview:
     from ablate import presets
     from ablate.cli import _job_overrides
     from ablate.compose import compose_raw, hydra_session, register_configs
+    from ablate.sweep import submitit_fence
 
+    submitit_fence.check()  # an incompatible submitit: one line, before anything composes
     presets.load(preset)  # an unknown name: one line
     overrides = list(overrides)
     _check_overrides(overrides)
@@ -168,7 +98,7 @@ def render(preset: str, overrides: list[str] = ()) -> Preview:
             cfg = compose_raw(*jobs[0], f"hydra/launcher={LAUNCHER}", *hydra_args, hydra=True)
             launcher = instantiate(cfg.hydra.launcher)  # the real SlurmLauncher, parameters resolved
             sweep_dir = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"])
-            executor = executor_for(launcher.params)
+            executor = submitit_fence.executor_for(launcher.params)
         except (HydraException, OmegaConfBaseException, ValueError) as e:
             raise ConfigError(one_line(e)) from None
     return Preview(
@@ -176,5 +106,5 @@ def render(preset: str, overrides: list[str] = ()) -> Preview:
         jobs=len(jobs),
         array_parallelism=int(launcher.params["array_parallelism"]),
         sweep_dir=sweep_dir,
-        script=script_for(executor, len(jobs)),
+        script=submitit_fence.script_for(executor, len(jobs)),
     )
