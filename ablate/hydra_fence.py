@@ -21,7 +21,7 @@ import inspect
 from typing import Any
 
 from ablate.errors import MissingAsset
-from ablate.versions import DEPENDENCIES
+from ablate.versions import incompatible
 
 
 def parse(lines: list[str]) -> list:
@@ -104,10 +104,4 @@ def check() -> None:
     """Raise :class:`MissingAsset` (one line) when the installed Hydra does otherwise than this fence relies on."""
     found = problems()
     if found:
-        import hydra
-
-        pin = DEPENDENCIES["hydra-core"]
-        raise MissingAsset(
-            f"hydra-core {hydra.__version__} is incompatible with ablate (checked with hydra-core{pin}): "
-            f"{'; '.join(found)}; install hydra-core{pin}"
-        )
+        raise MissingAsset(incompatible("hydra-core", found))

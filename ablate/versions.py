@@ -55,3 +55,15 @@ def pip_spec(name: str) -> str:
 def required(module: str, name: str, why: str) -> dict[str, tuple[str, str]]:
     """A ``required_packages`` entry: import name -> (pip install argument, why it is needed)."""
     return {module: (pip_spec(name), why)}
+
+
+def incompatible(name: str, found: list[str]) -> str:
+    """The one line a library's fence fails with when the installed ``name`` does otherwise than the fence relies
+    on (``found``: one phrase each), naming the version it was checked with."""
+    import importlib.metadata
+
+    pin = DEPENDENCIES[name]
+    return (
+        f"{name} {importlib.metadata.version(name)} is incompatible with ablate (checked with {name}{pin}): "
+        f"{'; '.join(found)}; install {name}{pin}"
+    )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.errors import MissingAsset, first_line
-from ablate.versions import DEPENDENCIES
+from ablate.versions import incompatible
 
 CLUSTER = "slurm"
 
@@ -150,10 +150,4 @@ def check() -> None:
     """Raise :class:`MissingAsset` (one line) when the installed submitit does otherwise than this fence relies on."""
     found = problems()
     if found:
-        import importlib.metadata
-
-        pin = DEPENDENCIES["submitit"]
-        raise MissingAsset(
-            f"submitit {importlib.metadata.version('submitit')} is incompatible with ablate (checked with "
-            f"submitit{pin}): {'; '.join(found)}; install submitit{pin}"
-        )
+        raise MissingAsset(incompatible("submitit", found))
