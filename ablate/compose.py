@@ -122,8 +122,10 @@ def unknown_keys(node, prefix: str = "") -> dict[str, list[str]]:
         if known is not None and key not in known:
             found[f"{prefix}{key}"] = known
             continue
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+        if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+            continue  # nothing of its own to check (an interpolation's target is checked where it lives)
+        child = node[key]
+        if isinstance(child, DictConfig):
             found.update(unknown_keys(child, f"{prefix}{key}."))
     return found
 
