@@ -200,7 +200,8 @@ def replayable_epochs(sampler, data_seed: int | None = None):
     epoch e >= 1 starts a fresh generator and trains epoch e in epoch 0's order, leaving the uninterrupted run's
     path (how it was found: docs/measured.md). ``set_epoch(e)``, which the HF Trainer calls before each epoch, resumed or not, reseeds
     the generator and draws the e orders before it: the order an uninterrupted run draws, so a run that was never
-    interrupted is unchanged."""
+    interrupted is unchanged. The sampler's internals read here are TRL's: :data:`ablate.algos.trl_fence.CONTRACT`
+    checks them at start-up."""
     if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
         return sampler
     if data_seed is not None and data_seed != sampler.seed:

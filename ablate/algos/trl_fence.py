@@ -17,6 +17,11 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   compute bit for bit the same, :func:`use_lean_head`), TRL's metrics buffer ``_metrics`` (DPO also reads its
   ``logps/chosen`` back, to log the SFT replay term) and DPO's token counter ``_total_train_tokens`` (not in the
   Trainer's own state, so a resumed run restores it).
+- What ablate reads of TRL's and Accelerate's internals elsewhere, checked here too: GRPO's train sampler
+  (``_get_train_sampler``, ``RepeatSampler``'s seed, generator and draw; :func:`ablate.algos.grpo.replayable_epochs`
+  reseeds it per epoch, called through Accelerate's ``DataLoaderShard.set_epoch``), Accelerate's prepared data
+  loaders (``_dataloaders``, :mod:`ablate.algos.loss_probe`) and the forward it keeps before mixed-precision
+  autocast (``_original_forward``, :func:`ablate.models.precision.unwrapped_forward`).
 
 :func:`check` compares what this module relies on (the signatures of the methods it overrides or calls, and
 the attributes and batch keys their source reads) with the installed TRL, and fails with one line.
@@ -72,6 +77,18 @@ def _grpo():
     from trl import GRPOTrainer
 
     return GRPOTrainer
+
+
+def _repeat_sampler():
+    from trl.trainer.utils import RepeatSampler
+
+    return RepeatSampler
+
+
+def _data_loader_shard():
+    from accelerate.data_loader import DataLoaderShard
+
+    return DataLoaderShard
 
 
 CONTRACT: tuple[Expect, ...] = (
@@ -136,12 +153,42 @@ CONTRACT: tuple[Expect, ...] = (
         ("self", "prompt_ids", "images", "multimodal_fields", "num_generations"),
         ("return completion_ids, logprobs",),
     ),
+    Expect(  # wrapped by ablate.algos.grpo.replayable_epochs: each run's data order, and a resumed epoch's
+        "GRPOTrainer._get_train_sampler",
+        lambda: _grpo()._get_train_sampler,
+        ("self", "dataset"),
+        ("RepeatSampler(", "shuffle=self.shuffle_dataset", "seed=self.args.seed"),
+    ),
+    Expect(
+        "RepeatSampler.__init__",
+        lambda: _repeat_sampler().__init__,
+        ("self", "data_source"),
+        ("self.num_samples = len(data_source)", "self.shuffle = shuffle", "self.seed = seed", "self.generator"),
+    ),
+    Expect(
+        "RepeatSampler.__iter__",
+        lambda: _repeat_sampler().__iter__,
+        ("self",),
+        ("torch.randperm(self.num_samples, generator=self.generator)",),
+    ),
     Expect("trl.trainer.add_fused_lm_head", _fused_head_fn, ("model",), (FUSED_KWARG,)),
     Expect(  # where the training loop's data loader is kept once prepared (ablate.algos.loss_probe reads it)
         "Accelerator.prepare_data_loader",
         lambda: _accelerator().prepare_data_loader,
         ("self", "data_loader"),
         ("self._dataloaders",),
+    ),
+    Expect(  # a resumed epoch's order: the sampler's set_epoch is called through the prepared loader
+        "DataLoaderShard.set_epoch",
+        lambda: _data_loader_shard().set_epoch,
+        ("self", "epoch"),
+        ("self.batch_sampler.sampler.set_epoch(epoch)",),
+    ),
+    Expect(  # where ablate.models.precision.unwrapped_forward finds the forward before mixed-precision autocast
+        "Accelerator.prepare_model",
+        lambda: _accelerator().prepare_model,
+        ("self", "model"),
+        ("model._original_forward = model.forward",),
     ),
 )
 

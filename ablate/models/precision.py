@@ -94,7 +94,8 @@ def unwrapped_forward(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
     Accelerate's ``prepare_model`` replaces ``model.forward`` with an autocast-wrapped version (keeping the
     old one as ``model._original_forward``); inside that wrapper an outer ``autocast(enabled=False)`` has no
-    effect. Audits need the scoring precision they ask for, so they step around it for the duration.
+    effect. Audits need the scoring precision they ask for, so they step around it for the duration. Accelerate's
+    private attribute: :data:`ablate.algos.trl_fence.CONTRACT` checks it at start-up.
     """
     original = model.__dict__.get("_original_forward")
     if original is None:
