@@ -365,9 +365,7 @@ def from_wandb(project: str, group: str, entity: str | None = None, api=None) ->
     for run in api.runs(path, filters={"group": group}):
         history = list(run.scan_history())
         records.append(
-            _from_wandb_fields(
-                run.name, f"wandb:{path}/{run.id}", dict(run.config), dict(run.summary._json_dict), history
-            )
+            _from_wandb_fields(run.name, f"wandb:{path}/{run.id}", dict(run.config), dict(run.summary_metrics), history)
         )
     if not records:
         raise ValueError(f"no W&B runs in {path} with group {group!r}")

@@ -4,6 +4,9 @@ The file is W&B's transaction log: a 7-byte header (``:W&B``, magic, version) an
 format (32 KiB blocks of records, each with a 7-byte header: crc32c, length, type FULL/FIRST/MIDDLE/LAST),
 every record a ``wandb_internal_pb2.Record``. This is what ``wandb sync`` uploads, so reading it shows
 exactly what W&B would show: the run's group, job type, name, tags, config, history and summary.
+
+Neither the log's layout nor ``wandb.proto`` is W&B's documented API: :func:`problems` checks the installed
+wandb's ``Record`` schema for every field read here, before the first file is read, and fails with one line.
 """
 
 from __future__ import annotations
@@ -46,6 +49,51 @@ def _payloads(data: bytes) -> Iterator[bytes]:
             pending = b""
 
 
+#: message -> the fields of it read here (``Record``: the kinds of record, its ``record_type`` oneof)
+_SCHEMA = {
+    "Record": ("run", "config", "history", "summary", "exit"),
+    "RunRecord": ("run_id", "project", "run_group", "job_type", "display_name", "tags", "config"),
+    "ConfigRecord": ("update",),
+    "HistoryRecord": ("item",),
+    "SummaryRecord": ("update",),
+    "ConfigItem": ("key", "nested_key", "value_json"),
+    "HistoryItem": ("key", "nested_key", "value_json"),
+    "SummaryItem": ("key", "nested_key", "value_json"),
+    "RunExitRecord": ("exit_code",),
+}
+
+
+def problems() -> list[str]:
+    """What the installed wandb's transaction-log schema lacks of what this reader reads, one phrase each."""
+    try:
+        from wandb.proto import wandb_internal_pb2 as pb
+    except ImportError as e:
+        return [f"wandb.proto.wandb_internal_pb2 is missing ({e})"]
+    found = []
+    for message, names in _SCHEMA.items():
+        descriptor = getattr(getattr(pb, message, None), "DESCRIPTOR", None)
+        if descriptor is None:
+            found.append(f"{message} is missing")
+            continue
+        missing = [n for n in names if n not in descriptor.fields_by_name]
+        if missing:
+            found.append(f"{message} has no {', '.join(missing)}")
+    oneof = pb.Record.DESCRIPTOR.oneofs_by_name.get("record_type") if hasattr(pb, "Record") else None
+    if oneof is None or not set(_SCHEMA["Record"]) <= {f.name for f in oneof.fields}:
+        found.append("Record's record_type no longer holds run, config, history, summary and exit")
+    return found
+
+
+def check() -> None:
+    """Raise :class:`MissingAsset` (one line) when the installed wandb's schema lacks what this reader reads."""
+    from ablate.errors import MissingAsset
+    from ablate.versions import incompatible
+
+    found = problems()
+    if found:
+        raise MissingAsset(incompatible("wandb", found))
+
+
 def _items(items) -> dict[str, Any]:
     out = {}
     for it in items:
@@ -75,6 +123,7 @@ def read_offline_run(path: str | Path) -> OfflineRun:
     """``path``: an ``offline-run-*`` folder or its ``.wandb`` file."""
     from wandb.proto import wandb_internal_pb2 as pb
 
+    check()
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.wandb"))

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import struct
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ablate.errors import MissingAsset
+from ablate.tracking import wandb_offline
 from ablate.tracking.wandb_logger import NullLogger, WandbLogger, flatten_config
+from ablate.tracking.wandb_offline import OfflineRun, read_offline_run
 
 
 @pytest.fixture(autouse=True)
@@ -20,39 +22,13 @@ def _wandb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def _records(path: Path) -> list[bytes]:
-    """Raw protobuf records of a .wandb file (leveldb-style 32 KiB blocks)."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, buf, out, block = 7, b"", [], 32768
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _crc, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        pos += 7
-        buf += data[pos : pos + n]
-        pos += n
-        if kind in (1, 4):  # FULL or LAST
-            out.append(buf)
-            buf = b""
-    return out
-
-
-def _exit_code(wandb_file: Path, timeout: float = 5.0) -> int | None:
-    """Exit code in the run's exit record; polls since wandb-core flushes asynchronously."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
+def _finished(wandb_file: Path, timeout: float = 5.0) -> OfflineRun:
+    """The run as its transaction log holds it, once the exit record is there (wandb-core flushes asynchronously)."""
     deadline = time.monotonic() + timeout
     while True:
-        for raw in _records(wandb_file):
-            rec = pb.Record()
-            rec.ParseFromString(raw)
-            if rec.WhichOneof("record_type") == "exit":
-                return rec.exit.exit_code
-        if time.monotonic() > deadline:
-            return None
+        run = read_offline_run(wandb_file)
+        if run.exit_code is not None or time.monotonic() > deadline:
+            return run
         time.sleep(0.05)
 
 
@@ -81,7 +57,11 @@ def test_offline_run_lifecycle(tmp_path: Path) -> None:
     assert run_dir.parent == (tmp_path / "wb" / "wandb").resolve()
     files = list(run_dir.glob("run-*.wandb"))
     assert len(files) == 1
-    assert _exit_code(files[0]) == 0
+    run = _finished(files[0])
+    assert run.exit_code == 0
+    assert (run.project, run.group, run.job_type, run.name, run.tags) == ("ablate-test", "g", "train", "r1", ["t"])
+    assert {k: v for k, v in run.config.items() if k != "_wandb"} == {"lr": 0.5, "model": {"n": 2}}
+    assert [h["loss"] for h in run.history] == [1.0, 0.5] and run.summary["win_rate"] == 0.6
     assert list(run_dir.glob("files/media/table/samples_*.table.json"))
 
 
@@ -94,7 +74,7 @@ def test_context_manager_failure_marks_failed_and_reraises(tmp_path: Path) -> No
     assert not log.active and log.exit_code == 1
     assert log.run_dir is not None
     (wandb_file,) = log.run_dir.glob("run-*.wandb")
-    assert _exit_code(wandb_file) == 1
+    assert _finished(wandb_file).exit_code == 1
 
 
 def test_sequential_runs_in_one_process(tmp_path: Path) -> None:
@@ -140,3 +120,18 @@ def test_flatten_config() -> None:
     assert flatten_config(cfg) == {"model/name": "gpt2", "model/lora/r": 8, "lr": 1e-5, "empty": {}}
     assert flatten_config({"a": {"b": 1}}, sep=".") == {"a.b": 1}
     assert type(flatten_config(cfg)["model/lora/r"]) is int
+
+
+def test_the_installed_wandb_has_every_field_the_offline_reader_reads():
+    assert wandb_offline.problems() == []
+    wandb_offline.check()
+
+
+def test_a_schema_without_a_field_the_reader_reads_is_one_line(monkeypatch):
+    # a wandb whose run record renamed run_group
+    monkeypatch.setitem(wandb_offline._SCHEMA, "RunRecord", ("run_id", "group_name"))
+    with pytest.raises(MissingAsset) as e:
+        read_offline_run("/nonexistent")  # checked before any file is read
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("wandb ") and "is incompatible with ablate" in line
+    assert "RunRecord has no group_name" in line
