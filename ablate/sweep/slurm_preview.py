@@ -96,15 +96,16 @@ def render(preset: str, overrides: list[str] = ()) -> Preview:
         try:
             # the first job's config: its hydra node is the sweep's (the jobs differ only in their own keys)
             cfg = compose_raw(*jobs[0], f"hydra/launcher={LAUNCHER}", *hydra_args, hydra=True)
-            launcher = instantiate(cfg.hydra.launcher)  # the real SlurmLauncher, parameters resolved
+            # the real SlurmLauncher's parameters, resolved
+            params = submitit_fence.launcher_params(instantiate(cfg.hydra.launcher))
             sweep_dir = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"])
-            executor = submitit_fence.executor_for(launcher.params)
+            executor = submitit_fence.executor_for(params)
         except (HydraException, OmegaConfBaseException, ValueError) as e:
             raise ConfigError(one_line(e)) from None
     return Preview(
         preset=preset,
         jobs=len(jobs),
-        array_parallelism=int(launcher.params["array_parallelism"]),
+        array_parallelism=int(params["array_parallelism"]),
         sweep_dir=sweep_dir,
         script=submitit_fence.script_for(executor, len(jobs)),
     )

@@ -12,7 +12,8 @@ builds what the launcher builds by hand, from submitit's own parts:
 - the script itself: ``_make_submission_file_text`` of the executor, with ``_submitit_command_str`` (the command
   the job runs) and ``map_count`` (the array size of ``map_array``);
 - hydra-submitit-launcher's ``BaseQueueConf``: which of the launcher's parameters are shared by every executor
-  (passed as they are) and which are SLURM's own (prefixed ``slurm_``), as ``SlurmLauncher.launch`` splits them.
+  (passed as they are) and which are SLURM's own (prefixed ``slurm_``), as ``SlurmLauncher.launch`` splits them;
+  and the parameters themselves, as the launcher keeps them (``params``, set by its constructor).
 
 submitit is imported only when one of these is used. :func:`check` renders a small array with the installed
 submitit and fails with one line when it renders otherwise than this module relies on.
@@ -68,6 +69,11 @@ def _auto_executor(executor_cls, folder: str, **init_params):
     }
     Executor.__init__(auto, auto._executor.folder, auto._executor.parameters)
     return auto
+
+
+def launcher_params(launcher) -> dict[str, Any]:
+    """The parameters an instantiated ``SlurmLauncher`` builds its executor from (its config, resolved)."""
+    return launcher.params
 
 
 def executor_for(params: dict[str, Any]):
@@ -133,6 +139,13 @@ def problems() -> list[str]:
     except Exception as e:  # noqa: BLE001  (an import, an attribute, a parameter submitit no longer takes)
         return [f"rendering a job script fails ({type(e).__name__}: {first_line(e)})"]
     found = []
+    try:
+        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+
+        if launcher_params(SlurmLauncher(partition="gpu")) != {"partition": "gpu"}:
+            found.append("SlurmLauncher no longer keeps its parameters as params")
+    except Exception as e:  # noqa: BLE001
+        found.append(f"SlurmLauncher no longer keeps its parameters as params ({type(e).__name__}: {first_line(e)})")
     flags = dict(
         line[len("#SBATCH --") :].partition("=")[::2] for line in script.splitlines() if line.startswith("#SBATCH --")
     )
