@@ -71,15 +71,10 @@ def _job_overrides(argv: list[str]) -> list[list[str]]:
     choices: dict[str, list[str]] = {}
     for ov in hydra_fence.parse(params + args):
         _check_shape(ov, multirun)
-        key = ov.get_key_element()
-        if multirun and ov.is_sweep_override():
-            try:
-                values = hydra_fence.sweep_values(ov)
-            except Exception:  # a sweep kind we cannot expand here: left to Hydra as written
-                values = []
-            choices[key] = [f"{key}={v}" for v in values] or [ov.input_line]
+        if multirun and ov.is_sweep:  # a sweep kind not expanded here (no values) is left to Hydra as written
+            choices[ov.key] = [f"{ov.key}={v}" for v in ov.values] or [ov.line]
         else:
-            choices[key] = [ov.input_line]
+            choices[ov.key] = [ov.line]
     return [list(c) for c in itertools.product(*choices.values())] if choices else [[]]
 
 
@@ -91,16 +86,14 @@ def config_groups() -> list[str]:
 def _check_shape(ov, multirun: bool) -> None:
     """One job takes one option per config group and one value per key: several values are a sweep (``-m``).
     A list for a list-valued key (``model.adapter.target_modules=[q_proj,v_proj]``) is left to the schema."""
-    from ablate.hydra_fence import is_list
-
-    key = ov.key_or_group
+    key = ov.name
     group = key in config_groups()
-    values = ov.input_line.partition("=")[2]
-    if ov.is_sweep_override() and not multirun:
+    values = ov.line.partition("=")[2]
+    if ov.is_sweep and not multirun:
         also = "" if group else f" (for a list-valued key: {key}=[{values}])"
         raise ConfigError(sweep_hint(key, values, group) + also)
-    if group and is_list(ov) and len(ov.value()) > 1:
-        raise ConfigError(sweep_hint(key, ",".join(str(v) for v in ov.value()), group))
+    if group and ov.items is not None and len(ov.items) > 1:
+        raise ConfigError(sweep_hint(key, ",".join(str(v) for v in ov.items), group))
 
 
 def _launcher_check(argv: list[str]) -> None:
@@ -136,7 +129,7 @@ def _sweep_primary_check(argv: list[str]) -> None:
     if "-m" not in argv and "--multirun" not in argv:
         return
     args = [a for a in argv if not _is_flag(a) and not a.lstrip("+~").startswith("hydra")]
-    fixed = [o.input_line for o in hydra_fence.parse(args) if not o.is_sweep_override()]
+    fixed = [o.line for o in hydra_fence.parse(args) if not o.is_sweep]
     try:
         compose_raw(*fixed)
     except (HydraException, OmegaConfBaseException, ValueError) as e:

@@ -2,10 +2,10 @@
 ``ConfigStore``, ``HydraConfig``, ``instantiate``, ``HydraException``), in one module, checked against the installed
 Hydra at start-up.
 
-- The override parser (``hydra.core.override_parser``): the command line read as Hydra will read it, before Hydra
-  runs: each job of a sweep (the values a sweep override expands to), a list given where a config group takes one
-  option, the fixed part of a sweep's command line (:mod:`ablate.cli`), a preset's values as a W&B sweep file's
-  (:mod:`ablate.sweep.wandb_file`).
+- The override parser (``hydra.core.override_parser``), its overrides handed out as plain :class:`Override`
+  values: the command line read as Hydra will read it, before Hydra runs: each job of a sweep (the values a sweep
+  override expands to), a list given where a config group takes one option, the fixed part of a sweep's command
+  line (:mod:`ablate.cli`), a preset's values as a W&B sweep file's (:mod:`ablate.sweep.wandb_file`).
 - ``GlobalHydra``: a compose session clears Hydra's global state before and after (:mod:`ablate.compose`).
 - ``RunMode``: whether a job is one of a sweep (HydraConfig's ``mode``).
 - The experimental ``Callback``: the line a sweep ends with (:mod:`ablate.sweep.report`), on ``on_multirun_end``.
@@ -18,29 +18,45 @@ the installed Hydra and fails with one line.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from ablate.errors import MissingAsset
 from ablate.versions import incompatible
 
 
-def parse(lines: list[str]) -> list:
-    """Hydra's ``Override`` for each command-line override, as Hydra will parse it (raises HydraException)."""
+@dataclass(frozen=True)
+class Override:
+    """One command-line override as Hydra reads it, in plain values (Hydra's own ``Override`` stays in here)."""
+
+    line: str  # as written: seed=0,1
+    key: str  # the key with its prefix (+sweep, ~logger): a later override of the same key replaces it
+    name: str  # the key or config group alone (sweep, logger)
+    is_sweep: bool  # several values (a sweep, for -m)
+    values: tuple[str, ...]  # a sweep's values, a single override's one value; () for a sweep not expanded here
+    items: tuple | None = None  # the elements of a list given as one value (key=[a,b]), else None
+
+
+def parse(lines: list[str]) -> list[Override]:
+    """Each command-line override as Hydra will parse it (raises HydraException)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create().parse_overrides(lines)
-
-
-def sweep_values(override) -> list[str]:
-    """The values a sweep override (``seed=0,1,2``) expands to, as ``key=value`` strings' values."""
-    return list(override.sweep_string_iterator())
-
-
-def is_list(override) -> bool:
-    """Whether an override gives one list (``key=[a,b]``), not a sweep."""
     from hydra.core.override_parser.types import ValueType
 
-    return override.value_type == ValueType.ELEMENT and isinstance(override.value(), list)
+    out = []
+    for ov in OverridesParser.create().parse_overrides(lines):
+        sweep = ov.is_sweep_override()
+        if sweep:
+            try:
+                values = tuple(ov.sweep_string_iterator())
+            except Exception:  # noqa: BLE001  (a sweep kind Hydra expands only when it runs: left to Hydra)
+                values = ()
+            items = None
+        else:
+            values = (ov.get_value_element_as_str(),)
+            listed = ov.value_type == ValueType.ELEMENT and isinstance(ov.value(), list)
+            items = tuple(ov.value()) if listed else None
+        out.append(Override(ov.input_line, ov.get_key_element(), ov.key_or_group, sweep, values, items))
+    return out
 
 
 def clear_global_state() -> None:
@@ -71,14 +87,13 @@ def problems() -> list[str]:
     found = []
     try:
         sweep, added, deleted, listed = parse(["seed=0,1", "+sweep=regimes", "~logger", "ref=[a,b]"])
-        if not sweep.is_sweep_override() or sweep_values(sweep) != ["0", "1"] or sweep.input_line != "seed=0,1":
+        if not sweep.is_sweep or sweep.values != ("0", "1") or sweep.line != "seed=0,1":
             found.append("the override parser no longer expands seed=0,1 to 0 and 1")
-        key = (added.key_or_group, added.get_key_element(), added.get_value_element_as_str())
-        if key != ("sweep", "+sweep", "regimes") or added.is_sweep_override():
+        if (added.name, added.key, added.values) != ("sweep", "+sweep", ("regimes",)) or added.is_sweep:
             found.append("the override parser no longer reads +sweep=regimes as key sweep (+sweep), value regimes")
-        if deleted.key_or_group != "logger":
+        if deleted.name != "logger":
             found.append("the override parser no longer keys ~logger as logger")
-        if not is_list(listed) or listed.value() != ["a", "b"] or listed.is_sweep_override():
+        if listed.items != ("a", "b") or listed.is_sweep:
             found.append("the override parser no longer reads ref=[a,b] as one list")
     except Exception as e:  # noqa: BLE001  (an import, an attribute or the parser itself)
         found.append(f"the override parser fails ({type(e).__name__}: {e})")

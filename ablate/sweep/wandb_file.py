@@ -10,12 +10,14 @@ from __future__ import annotations
 import yaml
 
 from ablate import hydra_fence, presets
+from ablate.errors import ConfigError
 
 
 def _values(key: str, spec: str) -> list:
     (ov,) = hydra_fence.parse([f"{key}={spec}"])
-    raw = hydra_fence.sweep_values(ov) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
-    return [yaml.safe_load(v) for v in raw]
+    if not ov.values:
+        raise ConfigError(f"{key}={spec}: a sweep W&B cannot list; give its values one by one (a,b,c)")
+    return [yaml.safe_load(v) for v in ov.values]
 
 
 def wandb_sweep(names: list[str]) -> dict:

@@ -7,6 +7,7 @@ import yaml
 
 from ablate import presets
 from ablate.cli import _job_overrides, preflight
+from ablate.errors import ConfigError
 from ablate.paths import sweeps_dir
 from ablate.refs import regime_names
 from ablate.sweep.wandb_file import render, wandb_sweep
@@ -122,6 +123,14 @@ def test_wandb_sweep_values_are_typed():
     params = wandb_sweep(["ema"])["parameters"]
     assert params["ref.alpha"]["values"] == [0.1, 0.3, 0.6, 1.0]
     assert params["ref.tau"]["values"] == [1, 5, 10, 20]
+
+
+def test_a_sweep_w_and_b_cannot_list_is_one_line():
+    from ablate.sweep.wandb_file import _values
+
+    assert _values("seed", "range(0,3)") == [0, 1, 2]
+    with pytest.raises(ConfigError, match=r"^algo.learning_rate=interval\(1e-5,1e-4\): a sweep W&B cannot list"):
+        _values("algo.learning_rate", "interval(1e-5,1e-4)")
 
 
 @pytest.mark.slow
