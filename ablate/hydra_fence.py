@@ -33,7 +33,8 @@ class Override:
     key: str  # the key with its prefix (+sweep, ~logger): a later override of the same key replaces it
     name: str  # the key or config group alone (sweep, logger)
     is_sweep: bool  # several values (a sweep, for -m)
-    values: tuple[str, ...]  # a sweep's values, a single override's one value; () for a sweep not expanded here
+    values: tuple[str, ...]  # a sweep's values, a single override's one value, as Hydra writes them back (~key:
+    # 'null', ${x} escaped); () for a sweep Hydra does not list (interval, glob)
     items: tuple | None = None  # the elements of a list given as one value (key=[a,b]), else None
 
 
@@ -41,6 +42,7 @@ def parse(lines: list[str]) -> list[Override]:
     """Each command-line override as Hydra will parse it (raises HydraException)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
 
     out = []
     for ov in OverridesParser.create().parse_overrides(lines):
@@ -48,7 +50,7 @@ def parse(lines: list[str]) -> list[Override]:
         if sweep:
             try:
                 values = tuple(ov.sweep_string_iterator())
-            except Exception:  # noqa: BLE001  (a sweep kind Hydra expands only when it runs: left to Hydra)
+            except HydraException:  # a sweep kind Hydra does not list (interval, glob): left to Hydra as written
                 values = ()
             items = None
         else:

@@ -63,7 +63,11 @@ def incompatible(name: str, found: list[str]) -> str:
     import importlib.metadata
 
     pin = DEPENDENCIES[name]
+    try:
+        installed = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        installed = "(not installed)"
     return (
-        f"{name} {importlib.metadata.version(name)} is incompatible with ablate (checked with {name}{pin}): "
+        f"{name} {installed} is incompatible with ablate (checked with {name}{pin}): "
         f"{'; '.join(found)}; install {name}{pin}"
     )

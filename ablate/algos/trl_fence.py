@@ -24,7 +24,8 @@ The harness hands TRL a reference that is not a model (a regime), which TRL 1.x 
   autocast (``_original_forward``, :func:`ablate.models.precision.unwrapped_forward`).
 
 :func:`check` compares what this module relies on (the signatures of the methods it overrides or calls, and
-the attributes and batch keys their source reads) with the installed TRL, and fails with one line.
+the attributes and batch keys their source reads) with the installed TRL and Accelerate, and fails with one line
+naming the library to install.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ablate.models.fused_head import (  # noqa: F401  (the fused head's home is 
     has_fused_head,
     use_lean_head,
 )
+from ablate.versions import incompatible
 
 
 # ------------------------------------------------------------------------------------------ the contract
@@ -59,6 +61,7 @@ class Expect:
     get: Callable[[], Callable]  # the function (resolved lazily: TRL imports slowly)
     params: tuple[str, ...]  # its first parameters, in order
     reads: tuple[str, ...] = ()  # attributes / batch keys its source must mention
+    library: str = "trl"  # whose function it is: a failure says which library to install
 
 
 def _dpo():
@@ -157,7 +160,7 @@ CONTRACT: tuple[Expect, ...] = (
         "GRPOTrainer._get_train_sampler",
         lambda: _grpo()._get_train_sampler,
         ("self", "dataset"),
-        ("RepeatSampler(", "shuffle=self.shuffle_dataset", "seed=self.args.seed"),
+        ("RepeatSampler(", "shuffle=self.shuffle_dataset"),
     ),
     Expect(
         "RepeatSampler.__init__",
@@ -177,26 +180,34 @@ CONTRACT: tuple[Expect, ...] = (
         lambda: _accelerator().prepare_data_loader,
         ("self", "data_loader"),
         ("self._dataloaders",),
+        library="accelerate",
     ),
     Expect(  # a resumed epoch's order: the sampler's set_epoch is called through the prepared loader
         "DataLoaderShard.set_epoch",
         lambda: _data_loader_shard().set_epoch,
         ("self", "epoch"),
         ("self.batch_sampler.sampler.set_epoch(epoch)",),
+        library="accelerate",
     ),
     Expect(  # where ablate.models.precision.unwrapped_forward finds the forward before mixed-precision autocast
         "Accelerator.prepare_model",
         lambda: _accelerator().prepare_model,
         ("self", "model"),
         ("model._original_forward = model.forward",),
+        library="accelerate",
     ),
 )
 
 
 def problems(contract: tuple[Expect, ...] = CONTRACT) -> list[str]:
-    """What the installed TRL lacks of ``contract``, one phrase each (empty: compatible)."""
-    found = []
+    """What the installed TRL (and Accelerate) lack of ``contract``, one phrase each (empty: compatible)."""
+    return [phrase for found in _problems_by_library(contract).values() for phrase in found]
+
+
+def _problems_by_library(contract: tuple[Expect, ...]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
     for e in contract:
+        found = out.setdefault(e.library, [])
         try:
             fn = e.get()
         except (ImportError, AttributeError) as err:
@@ -209,17 +220,22 @@ def problems(contract: tuple[Expect, ...] = CONTRACT) -> list[str]:
         missing = [r for r in e.reads if r not in source]
         if missing:
             found.append(f"{e.name} no longer reads {', '.join(missing)}")
-    return found
+    return {library: found for library, found in out.items() if found}
 
 
 def check(contract: tuple[Expect, ...] | None = None) -> None:
-    """Raise :class:`MissingAsset` (one line) when the installed TRL lacks what this fence relies on."""
-    found = problems(CONTRACT if contract is None else contract)
-    if found:
-        raise MissingAsset(
+    """Raise :class:`MissingAsset` (one line) when the installed TRL or Accelerate lacks what this fence relies on."""
+    lines = []
+    for library, found in _problems_by_library(CONTRACT if contract is None else contract).items():
+        if library != "trl":  # pinned by pyproject.toml: ablate.versions says which version
+            lines.append(incompatible(library, found))
+            continue
+        lines.append(
             f"trl {_trl_version()} is incompatible with ablate (checked with trl=={', '.join(CHECKED_WITH)}): "
             f"{'; '.join(found)}; install trl=={CHECKED_WITH[-1]}"
         )
+    if lines:
+        raise MissingAsset("; ".join(lines))
 
 
 def _sig(params: tuple[str, ...]) -> str:

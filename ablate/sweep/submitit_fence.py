@@ -128,24 +128,36 @@ _EXPECTED = {
 }
 
 
+LAUNCHER_PLUGIN = "hydra-submitit-launcher"
+
+
 def problems() -> list[str]:
-    """What the installed submitit does otherwise than this module relies on, one phrase each (empty: compatible)."""
-    try:
-        executor = executor_for(_PROBE)
-        if executor._executor.max_num_timeout != _PROBE["max_num_timeout"]:
-            return ["max_num_timeout no longer reaches the SLURM executor's constructor"]
-        script = script_for(executor, 3)
-        single = script_for(executor, 1)
-    except Exception as e:  # noqa: BLE001  (an import, an attribute, a parameter submitit no longer takes)
-        return [f"rendering a job script fails ({type(e).__name__}: {first_line(e)})"]
-    found = []
-    try:
+    """What the installed submitit (and hydra-submitit-launcher) do otherwise than this module relies on, one phrase
+    each (empty: compatible)."""
+    return [phrase for found in _problems_by_library().values() for phrase in found]
+
+
+def _problems_by_library() -> dict[str, list[str]]:
+    launcher = []
+    try:  # the launcher plugin's own parts: its config's shared keys, the parameters it keeps
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf  # noqa: F401
         from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
         if launcher_params(SlurmLauncher(partition="gpu")) != {"partition": "gpu"}:
-            found.append("SlurmLauncher no longer keeps its parameters as params")
+            launcher.append("SlurmLauncher no longer keeps its parameters as params")
     except Exception as e:  # noqa: BLE001
-        found.append(f"SlurmLauncher no longer keeps its parameters as params ({type(e).__name__}: {first_line(e)})")
+        launcher.append(f"SlurmLauncher or BaseQueueConf is missing ({type(e).__name__}: {first_line(e)})")
+    if launcher:
+        return {LAUNCHER_PLUGIN: launcher}
+    try:
+        executor = executor_for(_PROBE)
+        if executor._executor.max_num_timeout != _PROBE["max_num_timeout"]:
+            return {"submitit": ["max_num_timeout no longer reaches the SLURM executor's constructor"]}
+        script = script_for(executor, 3)
+        single = script_for(executor, 1)
+    except Exception as e:  # noqa: BLE001  (an import, an attribute, a parameter submitit no longer takes)
+        return {"submitit": [f"rendering a job script fails ({type(e).__name__}: {first_line(e)})"]}
+    found = []
     flags = dict(
         line[len("#SBATCH --") :].partition("=")[::2] for line in script.splitlines() if line.startswith("#SBATCH --")
     )
@@ -156,11 +168,12 @@ def problems() -> list[str]:
         found.append("the job script no longer runs submitit.core._submit")
     if "#SBATCH --array" in single:
         found.append("a single job renders as an array")
-    return found
+    return {"submitit": found} if found else {}
 
 
 def check() -> None:
-    """Raise :class:`MissingAsset` (one line) when the installed submitit does otherwise than this fence relies on."""
-    found = problems()
-    if found:
-        raise MissingAsset(incompatible("submitit", found))
+    """Raise :class:`MissingAsset` (one line) when the installed submitit or hydra-submitit-launcher does otherwise
+    than this fence relies on, naming the one to install."""
+    lines = [incompatible(library, found) for library, found in _problems_by_library().items()]
+    if lines:
+        raise MissingAsset("; ".join(lines))

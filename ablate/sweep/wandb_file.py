@@ -16,7 +16,7 @@ from ablate.errors import ConfigError
 def _values(key: str, spec: str) -> list:
     (ov,) = hydra_fence.parse([f"{key}={spec}"])
     if not ov.values:
-        raise ConfigError(f"{key}={spec}: a sweep W&B cannot list; give its values one by one (a,b,c)")
+        raise ConfigError(f"{key}={spec}: a sweep W&B cannot list (no values); give its values one by one (a,b,c)")
     return [yaml.safe_load(v) for v in ov.values]
 
 

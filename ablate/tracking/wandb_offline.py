@@ -121,9 +121,9 @@ class OfflineRun:
 
 def read_offline_run(path: str | Path) -> OfflineRun:
     """``path``: an ``offline-run-*`` folder or its ``.wandb`` file."""
+    check()  # before the import: a wandb without it is one line too
     from wandb.proto import wandb_internal_pb2 as pb
 
-    check()
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.wandb"))

@@ -61,3 +61,17 @@ def test_the_fused_head_is_recognised_by_its_keyword_and_installed_once(tiny_mod
     ids = torch.tensor([[1, 2, 3, 4]])
     out = tiny_model(input_ids=ids, labels=ids, fused_lm_head=True)
     assert out.entropy is not None
+
+
+def test_an_accelerate_that_changed_names_accelerate_not_trl():
+    def prepare_model(self, model):  # an Accelerate that no longer keeps the forward it wraps
+        return model
+
+    fake = (trl_fence.Expect("Accelerator.prepare_model", lambda: prepare_model, ("self", "model"),
+                             ("model._original_forward = model.forward",), library="accelerate"),)  # fmt: skip
+    with pytest.raises(MissingAsset) as err:
+        trl_fence.check(fake)
+    msg = str(err.value)
+    assert msg.startswith("accelerate 1.15.0 is incompatible with ablate (checked with accelerate==1.15.0)")
+    assert "no longer reads model._original_forward" in msg and msg.endswith("install accelerate==1.15.0")
+    assert "trl" not in msg

@@ -54,7 +54,11 @@ def test_a_script_that_renders_otherwise_is_named(monkeypatch):
 
 
 def test_slurm_preview_checks_the_contract_first(monkeypatch):
-    monkeypatch.setattr(submitit_fence, "problems", lambda: ["the job script no longer runs submitit.core._submit"])
+    monkeypatch.setattr(
+        submitit_fence,
+        "_problems_by_library",
+        lambda: {"submitit": ["the job script no longer runs submitit.core._submit"]},
+    )
     with pytest.raises(MissingAsset, match=r"^submitit .* is incompatible with ablate .*core\._submit; install"):
         main(["slurm-preview", "seeds"])
 
@@ -67,3 +71,23 @@ def test_only_the_fence_imports_submitit():
         if re.search(r"^\s*(from|import) (submitit|hydra_plugins\.hydra_submitit_launcher)\b", p.read_text(), re.M)
     ]
     assert outside == []
+
+
+def test_a_launcher_plugin_that_changed_names_the_plugin(monkeypatch):
+    monkeypatch.setattr(submitit_fence, "launcher_params", lambda launcher: {})  # parameters kept elsewhere
+    with pytest.raises(MissingAsset) as e:
+        submitit_fence.check()
+    line = str(e.value)
+    assert line.startswith("hydra-submitit-launcher 1.2.0 is incompatible with ablate")
+    assert "SlurmLauncher no longer keeps its parameters as params" in line
+    assert line.endswith("install hydra-submitit-launcher==1.2.0")
+
+
+def test_a_missing_package_is_named_not_installed(monkeypatch):
+    from ablate.versions import incompatible
+
+    def version(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert incompatible("submitit", ["x"]).startswith("submitit (not installed) is incompatible with ablate")
